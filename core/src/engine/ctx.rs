@@ -1,0 +1,255 @@
+//! `Ctx`: what a protocol sees of its session — party id, tagged messaging and randomness.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::future::poll_fn;
+use core::task::Poll;
+
+use spin::Mutex;
+
+use crate::engine::mailbox::{Mailbox, OutRecord};
+use crate::error::Error;
+use crate::fixed::FixedPoint;
+use crate::kernel::MatmulKernel;
+use crate::party::PartyId;
+use crate::prss::PartyKeys;
+use crate::ring::Width;
+use crate::share::Shares;
+use crate::wire;
+
+/// Session-wide state that every context shares.
+pub(crate) struct Shared {
+    pub(crate) me: PartyId,
+    pub(crate) mailbox: Arc<Mutex<Mailbox>>,
+    pub(crate) keys: PartyKeys,
+    pub(crate) kernel: Arc<dyn MatmulKernel>,
+    pub(crate) fixed: FixedPoint,
+}
+
+const DOMAIN_FORK: u64 = 0x666f_726b;
+const DOMAIN_NARROW: u64 = 0x6e61_7272;
+const DOMAIN_MSG: u64 = 0x6d73_6700;
+const DOMAIN_RAND: u64 = 0x7261_6e64;
+const DOMAIN_PRIVATE: u64 = 0x7072_6976;
+
+/// SplitMix64 finaliser: a bijective mixer with full avalanche.
+const fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The tag of item `n` in domain `domain` under `path`.
+const fn derive(path: u64, domain: u64, n: u64) -> u64 {
+    mix(path ^ mix(domain.wrapping_add(mix(n.wrapping_add(0x9e37_79b9_7f4a_7c15)))))
+}
+
+/// FNV-1a of a label, for `narrow`.
+const fn label_hash(label: &str) -> u64 {
+    let bytes = label.as_bytes();
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        h = (h ^ bytes[i] as u64).wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+/// A protocol's handle on its session.
+///
+/// Every context has a path, derived deterministically from its parent by [`Ctx::fork`] or
+/// [`Ctx::narrow`]; the path names its messages (matched by tag, so joined sub-protocols
+/// share rounds) and its correlated randomness (fresh per context and per draw). A context
+/// is not `Clone`: two copies would reuse tags and randomness.
+pub struct Ctx {
+    shared: Arc<Shared>,
+    path: u64,
+    forks: u64,
+    sent: [u64; 3],
+    received: [u64; 3],
+    draws: u64,
+    private_draws: u64,
+}
+
+impl core::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Ctx {{ me: {}, path: {:#018x} }}", self.shared.me, self.path)
+    }
+}
+
+impl Ctx {
+    pub(crate) fn root(shared: Arc<Shared>) -> Ctx {
+        Ctx { shared, path: 0x7075_6d61, forks: 0, sent: [0; 3], received: [0; 3], draws: 0, private_draws: 0 }
+    }
+
+    fn child(&self, path: u64) -> Ctx {
+        Ctx {
+            shared: self.shared.clone(),
+            path,
+            forks: 0,
+            sent: [0; 3],
+            received: [0; 3],
+            draws: 0,
+            private_draws: 0,
+        }
+    }
+
+    /// This party.
+    pub fn me(&self) -> PartyId {
+        self.shared.me
+    }
+
+    /// The session's fixed-point format.
+    pub fn fixed(&self) -> FixedPoint {
+        self.shared.fixed
+    }
+
+    /// The session's matrix kernel.
+    pub fn kernel(&self) -> &dyn MatmulKernel {
+        &*self.shared.kernel
+    }
+
+    /// A fresh child context: the n-th fork of a context has the same path at every party.
+    /// Give each concurrently running sub-protocol its own fork.
+    pub fn fork(&mut self) -> Ctx {
+        let n = self.forks;
+        self.forks += 1;
+        self.child(derive(self.path, DOMAIN_FORK, n))
+    }
+
+    /// A child context named by `label`. Narrowing twice by the same label gives the same
+    /// path, so use it for fixed sub-steps and [`Ctx::fork`] for repeated calls.
+    pub fn narrow(&self, label: &str) -> Ctx {
+        self.child(derive(self.path, DOMAIN_NARROW, label_hash(label)))
+    }
+
+    /// Queues `values`, packed at `width` bits each, for party `to` in the current epoch.
+    /// Returns at once; the record leaves when every task of the session waits.
+    ///
+    /// Only public words can be sent: shares are not messages (see [`Shares`]).
+    ///
+    /// # Errors
+    /// `Misuse` when sending to oneself.
+    pub fn send(&mut self, to: PartyId, values: &[u64], width: Width) -> Result<(), Error> {
+        if to == self.me() {
+            return Err(Error::misuse("a party cannot send to itself"));
+        }
+        let idx = to.index();
+        let n = self.sent[idx];
+        self.sent[idx] += 1;
+        let tag = derive(self.path, DOMAIN_MSG, n);
+        let mut bytes = Vec::new();
+        wire::pack(values, width, &mut bytes);
+        let mut mb = self.shared.mailbox.lock();
+        if let Some(q) = mb.payload_queued.get_mut(idx) {
+            *q += bytes.len() as u64;
+        }
+        if let Some(out) = mb.outbound.get_mut(idx) {
+            out.push(OutRecord { tag, bytes });
+        }
+        Ok(())
+    }
+
+    /// Receives the next record from `from` in this context: `n` values of `width` bits.
+    ///
+    /// # Errors
+    /// `Protocol { from }` if the record has the wrong length or padding; `Misuse` when
+    /// receiving from oneself.
+    pub async fn recv(&mut self, from: PartyId, n: usize, width: Width) -> Result<Vec<u64>, Error> {
+        if from == self.me() {
+            return Err(Error::misuse("a party cannot receive from itself"));
+        }
+        let idx = from.index();
+        let k = self.received[idx];
+        self.received[idx] += 1;
+        let tag = derive(self.path, DOMAIN_MSG, k);
+        let mailbox = self.shared.mailbox.clone();
+        let bytes = poll_fn(|_cx| match mailbox.lock().take(from, tag) {
+            Some(b) => Poll::Ready(b),
+            None => Poll::Pending,
+        })
+        .await;
+        wire::unpack(&bytes, n, width, from)
+    }
+
+    /// Sends `values` to `to` and receives `n` values from `from`, in the same round.
+    ///
+    /// # Errors
+    /// As [`Ctx::send`] and [`Ctx::recv`].
+    pub async fn exchange(
+        &mut self,
+        to: PartyId,
+        values: &[u64],
+        from: PartyId,
+        n: usize,
+        width: Width,
+    ) -> Result<Vec<u64>, Error> {
+        self.send(to, values, width)?;
+        self.recv(from, n, width).await
+    }
+
+    /// Lets the host run (`Output::Yielded`) before continuing long local work.
+    pub async fn yield_now(&mut self) {
+        let mailbox = self.shared.mailbox.clone();
+        let mut yielded = false;
+        poll_fn(|_cx| {
+            if yielded {
+                Poll::Ready(())
+            } else {
+                yielded = true;
+                mailbox.lock().yield_requested = true;
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    fn next_draw(&mut self) -> u64 {
+        let n = self.draws;
+        self.draws += 1;
+        derive(self.path, DOMAIN_RAND, n)
+    }
+
+    /// This party's share of an arithmetic zero sharing of length `n` (3-of-3: the three
+    /// parties' outputs sum to zero). Every party must call it at the same point.
+    pub fn zero_share(&mut self, n: usize) -> Vec<u64> {
+        let t = self.next_draw();
+        self.shared.keys.zero_share(t, n)
+    }
+
+    /// This party's share of a boolean zero sharing (the three outputs XOR to zero).
+    pub fn zero_share_xor(&mut self, n: usize) -> Vec<u64> {
+        let t = self.next_draw();
+        self.shared.keys.zero_share_xor(t, n)
+    }
+
+    /// A replicated sharing of `n` uniformly random values that no party knows.
+    pub fn random_shares(&mut self, n: usize) -> Shares {
+        let t = self.next_draw();
+        let (a, b) = self.shared.keys.random_pair(t, n);
+        Shares::from_parts(self.me(), a, b)
+    }
+
+    /// `n` words known exactly to the pair `{P_j, P_{j-1}}` (the stream of key `K_j`), or
+    /// `None` at the third party. Every party must call it at the same point.
+    ///
+    /// # Errors
+    /// `Bug` only if the key bookkeeping is broken.
+    pub fn pair_random(&mut self, j: PartyId, n: usize) -> Result<Option<Vec<u64>>, Error> {
+        let t = self.next_draw();
+        if self.shared.keys.key(j).is_some() {
+            Ok(Some(self.shared.keys.component(j, t, n)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `n` words of this party's private randomness. Unlike the correlated draws, a party
+    /// may call it alone: it has its own counter.
+    pub fn private_random(&mut self, n: usize) -> Vec<u64> {
+        let t = derive(self.path, DOMAIN_PRIVATE, self.private_draws);
+        self.private_draws += 1;
+        self.shared.keys.private(t, n)
+    }
+}

@@ -1,0 +1,572 @@
+//! The sans-IO engine: a [`Session`] runs one protocol for one party.
+//!
+//! # Run loop
+//! ```text
+//! session.handle_input(Input::Frame { from, bytes })?;   // or Input::Timeout
+//! loop {
+//!     match session.poll_output() {
+//!         Output::Transmit(t)             => send t.frame to t.to (in order per peer),
+//!         Output::Yielded                 => continue,             // long local work was split
+//!         Output::Pending { waiting_for } => break,                // wait for a frame
+//!         Output::Done(result)            => return result,
+//!     }
+//! }
+//! ```
+//!
+//! # Epochs
+//! The protocol is an `async fn` over a [`Ctx`]. The session polls it until every task waits
+//! on a receive, then seals all records queued in that epoch into one frame per peer, and
+//! polls again only once **every** pending receive can complete. Independent sub-protocols
+//! joined with [`join`] therefore share rounds, and the frames a party emits depend only on
+//! its inputs, seeds and the frames it received, never on delivery timing.
+//!
+//! # Rounds
+//! Each data frame carries its critical-path round: one more than the highest round the
+//! sender had sent or consumed when it sealed the frame. [`Stats::rounds`] is the highest
+//! round a party sent or consumed, so the rounds of a run are the length of its longest
+//! chain of dependent messages. The setup round is counted apart.
+
+pub(crate) mod ctx;
+pub(crate) mod join;
+pub(crate) mod mailbox;
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+
+use rand_chacha::ChaCha12Rng;
+use rand_core::{RngCore, SeedableRng};
+use spin::Mutex;
+
+pub use ctx::Ctx;
+pub use join::{join, join_all, try_join, try_join_all};
+
+use crate::error::{Error, ErrorKind};
+use crate::fixed::FixedPoint;
+use crate::kernel::{MatmulKernel, PortableKernel};
+use crate::party::PartyId;
+use crate::prss::{Key, PartyKeys};
+use crate::wire::{
+    self, CHUNK_HEADER_LEN, FRAME_HEADER_LEN, Frame, FrameHeader, FrameKind, MIN_FRAME_LEN,
+    Reader, SEED_LEN,
+};
+use ctx::Shared;
+use mailbox::{Mailbox, OutRecord};
+
+/// Settings of one session; all three parties must use the same `session_id`.
+#[derive(Clone)]
+pub struct Config {
+    /// Identifies the run; frames of another session are rejected.
+    pub session_id: u64,
+    /// Largest frame this party sends or accepts, header included.
+    pub max_frame_len: usize,
+    /// Most bytes of received, not yet consumed records held at once.
+    pub max_buffered_bytes: usize,
+    /// The fixed-point format protocols use.
+    pub fixed: FixedPoint,
+    /// The local matrix kernel.
+    pub kernel: Arc<dyn MatmulKernel>,
+}
+
+impl core::fmt::Debug for Config {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Config")
+            .field("session_id", &self.session_id)
+            .field("max_frame_len", &self.max_frame_len)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
+            .field("fixed", &self.fixed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Default frame limit: 4 MiB.
+    pub const DEFAULT_MAX_FRAME_LEN: usize = 4 << 20;
+    /// Default receive buffer limit: 16 GiB on 64-bit hosts, 1 GiB otherwise.
+    pub const DEFAULT_MAX_BUFFERED: usize = if usize::BITS >= 64 { 1 << 34 } else { 1 << 30 };
+
+    /// Defaults for session `session_id`.
+    pub fn new(session_id: u64) -> Config {
+        Config {
+            session_id,
+            max_frame_len: Self::DEFAULT_MAX_FRAME_LEN,
+            max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED,
+            fixed: FixedPoint::default(),
+            kernel: Arc::new(PortableKernel),
+        }
+    }
+}
+
+/// One input from the host.
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// One whole frame received from `from`, on the authenticated link to that party.
+    Frame {
+        /// The peer the frame came from.
+        from: PartyId,
+        /// The frame's bytes.
+        bytes: &'a [u8],
+    },
+    /// The host's timer for the current wait expired: the session fails with `Timeout`.
+    Timeout,
+}
+
+/// A frame the host must deliver to `to`; frames to one peer must arrive in order.
+#[derive(Debug)]
+pub struct Transmit {
+    /// The destination.
+    pub to: PartyId,
+    /// The frame.
+    pub frame: Frame,
+}
+
+/// What the host must do next.
+#[derive(Debug)]
+#[must_use]
+pub enum Output<T> {
+    /// Send this frame.
+    Transmit(Transmit),
+    /// Long local work was split; call `poll_output` again.
+    Yielded,
+    /// Nothing to do until a frame arrives (from `waiting_for`, if known).
+    Pending {
+        /// The first peer whose data is missing.
+        waiting_for: Option<PartyId>,
+    },
+    /// The protocol finished, successfully or not. Returned once.
+    Done(Result<T, Error>),
+}
+
+/// Communication counters of one party; deterministic for a given protocol and input size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Critical-path rounds after setup (see the module docs).
+    pub rounds: u32,
+    /// Data frames sent, by destination party index.
+    pub frames_sent: [u64; 3],
+    /// Bytes of data frames sent (headers included), by destination.
+    pub bytes_sent: [u64; 3],
+    /// Bytes of record payloads sent (the protocol's own messages), by destination.
+    pub payload_bytes_sent: [u64; 3],
+    /// Data frames received, by source.
+    pub frames_received: [u64; 3],
+    /// Bytes of data frames received, by source.
+    pub bytes_received: [u64; 3],
+    /// Bytes sent by the setup round.
+    pub setup_bytes_sent: u64,
+}
+
+impl Stats {
+    /// Payload bytes sent to both peers.
+    pub fn payload_bytes_total(&self) -> u64 {
+        self.payload_bytes_sent.iter().sum()
+    }
+
+    /// Data-frame bytes sent to both peers.
+    pub fn bytes_total(&self) -> u64 {
+        self.bytes_sent.iter().sum()
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send>>;
+type Start<T> = Box<dyn FnOnce(Ctx) -> BoxFuture<T> + Send>;
+
+enum Phase<T> {
+    /// Waiting for the seed of `next`.
+    Setup { start: Start<T>, next_seed: Option<Key> },
+    Running { fut: BoxFuture<T> },
+    /// Finished; queued frames are flushed before `Done` is returned.
+    Ending(Result<T, Error>),
+    Finished,
+}
+
+/// One party's run of one protocol. See the [module docs](self) for the run loop.
+pub struct Session<T> {
+    me: PartyId,
+    cfg: Config,
+    mailbox: Arc<Mutex<Mailbox>>,
+    phase: Phase<T>,
+    own_seed: Key,
+    private_key: Key,
+    out: VecDeque<Transmit>,
+    next_in_seq: [u64; 3],
+    next_out_seq: [u64; 3],
+    runnable: bool,
+    stats: Stats,
+}
+
+impl<T> core::fmt::Debug for Session<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Session {{ me: {}, session_id: {} }}", self.me, self.cfg.session_id)
+    }
+}
+
+impl<T: 'static> Session<T> {
+    /// Starts a session for party `me`: queues the setup frame and, once keys are agreed,
+    /// runs `protocol` on the root context.
+    ///
+    /// `entropy` must be 32 fresh random bytes from the host (the core draws no OS
+    /// randomness); it seeds this party's pairwise key and private stream.
+    ///
+    /// # Errors
+    /// `Misuse` if `max_frame_len` is below [`wire::MIN_FRAME_LEN`].
+    pub fn new<F, Fut>(cfg: Config, me: PartyId, entropy: [u8; 32], protocol: F) -> Result<Self, Error>
+    where
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        if cfg.max_frame_len < MIN_FRAME_LEN {
+            return Err(Error::misuse("max_frame_len is too small"));
+        }
+        let mut rng = ChaCha12Rng::from_seed(entropy);
+        let mut own_seed = [0u8; 32];
+        let mut private_key = [0u8; 32];
+        rng.fill_bytes(&mut own_seed);
+        rng.fill_bytes(&mut private_key);
+        let start: Start<T> = Box::new(move |ctx| Box::pin(protocol(ctx)));
+        let mut s = Session {
+            me,
+            cfg,
+            mailbox: Arc::new(Mutex::new(Mailbox::default())),
+            phase: Phase::Setup { start, next_seed: None },
+            own_seed,
+            private_key,
+            out: VecDeque::new(),
+            next_in_seq: [0; 3],
+            next_out_seq: [0; 3],
+            runnable: false,
+            stats: Stats::default(),
+        };
+        // Setup: each Pi sends its fresh seed to P_{i-1}.
+        let to = me.prev();
+        let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + SEED_LEN);
+        let header = s.header(FrameKind::Setup, to, 0, 0);
+        wire::encode_header(&header, &mut bytes);
+        bytes.extend_from_slice(&s.own_seed);
+        s.stats.setup_bytes_sent = bytes.len() as u64;
+        s.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+        Ok(s)
+    }
+
+    /// This session's party.
+    pub fn me(&self) -> PartyId {
+        self.me
+    }
+
+    /// The session's configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Communication counters so far.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.rounds = self.mailbox.lock().clock;
+        s
+    }
+
+    /// Whether `Done` has been returned.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished)
+    }
+
+    fn header(&mut self, kind: FrameKind, to: PartyId, round: u32, n_records: u32) -> FrameHeader {
+        let idx = to.index();
+        let seq = self.next_out_seq[idx];
+        self.next_out_seq[idx] += 1;
+        FrameHeader {
+            kind,
+            from: self.me,
+            to,
+            session_id: self.cfg.session_id,
+            seq,
+            round,
+            n_records,
+        }
+    }
+
+    /// Feeds one input. Never blocks and performs no IO.
+    ///
+    /// # Errors
+    /// `Misuse` after `Done` or for a frame "from" this party itself. Any other error means
+    /// the session has failed: abort frames for the peers and `Done(Err)` follow from
+    /// [`Session::poll_output`], and the same error is returned here for convenience.
+    pub fn handle_input(&mut self, input: Input<'_>) -> Result<(), Error> {
+        if matches!(self.phase, Phase::Ending(_) | Phase::Finished) {
+            return Err(Error::misuse("input to a finished session"));
+        }
+        match input {
+            Input::Timeout => {
+                let waiting_for = match &self.phase {
+                    Phase::Setup { .. } => Some(self.me.next()),
+                    _ => self.mailbox.lock().first_missing(),
+                }
+                .unwrap_or(self.me.next());
+                let e = Error::new(ErrorKind::Timeout { waiting_for }, "no data before the deadline");
+                self.fail(e, None);
+                Err(e)
+            }
+            Input::Frame { from, bytes } => {
+                if from == self.me {
+                    return Err(Error::misuse("a frame cannot come from this party itself"));
+                }
+                match self.accept_frame(from, bytes) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let aborter = match e.kind() {
+                            ErrorKind::Aborted { by } => Some(by),
+                            _ => None,
+                        };
+                        self.fail(e, aborter);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept_frame(&mut self, from: PartyId, bytes: &[u8]) -> Result<(), Error> {
+        if bytes.len() > self.cfg.max_frame_len {
+            return Err(Error::protocol(from, "oversized frame"));
+        }
+        let h = wire::decode_header(bytes, from)?;
+        if h.to != self.me {
+            return Err(Error::protocol(from, "frame addressed to another party"));
+        }
+        if h.session_id != self.cfg.session_id {
+            return Err(Error::protocol(from, "frame of another session"));
+        }
+        let idx = from.index();
+        if h.seq != self.next_in_seq[idx] {
+            return Err(Error::protocol(from, "out-of-order or duplicate frame"));
+        }
+        self.next_in_seq[idx] += 1;
+        let mut r = Reader::new(bytes, from);
+        r.take(FRAME_HEADER_LEN)?;
+        // The first frame from `next` must be its seed; `prev` never sends one.
+        let expect_setup = from == self.me.next() && h.seq == 0;
+        match h.kind {
+            FrameKind::Abort => Err(Error::new(ErrorKind::Aborted { by: from }, "peer aborted")),
+            FrameKind::Setup => {
+                if !expect_setup || h.n_records != 0 || h.round != 0 || r.remaining() != SEED_LEN {
+                    return Err(Error::protocol(from, "unexpected setup frame"));
+                }
+                let mut seed = [0u8; SEED_LEN];
+                seed.copy_from_slice(r.take(SEED_LEN)?);
+                match &mut self.phase {
+                    Phase::Setup { next_seed, .. } if next_seed.is_none() => {
+                        *next_seed = Some(seed);
+                        Ok(())
+                    }
+                    _ => Err(Error::protocol(from, "unexpected setup frame")),
+                }
+            }
+            FrameKind::Data => {
+                if expect_setup {
+                    return Err(Error::protocol(from, "data frame before the setup frame"));
+                }
+                if h.round == 0 {
+                    return Err(Error::protocol(from, "data frame without a round"));
+                }
+                self.stats.frames_received[idx] += 1;
+                self.stats.bytes_received[idx] += bytes.len() as u64;
+                let mut mb = self.mailbox.lock();
+                for _ in 0..h.n_records {
+                    let tag = r.u64()?;
+                    let total = r.u64()?;
+                    let offset = r.u64()?;
+                    let len = r.u32()? as usize;
+                    let chunk = r.take(len)?;
+                    mb.add_chunk(from, tag, total, offset, chunk, h.round, self.cfg.max_buffered_bytes)?;
+                }
+                if r.remaining() != 0 {
+                    return Err(Error::protocol(from, "trailing bytes after the last record"));
+                }
+                if matches!(self.phase, Phase::Running { .. }) && mb.wants_satisfied() {
+                    self.runnable = true;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the session with `e`: drops queued frames and tells the peers (but `skip`).
+    fn fail(&mut self, e: Error, skip: Option<PartyId>) {
+        self.out.clear();
+        for to in [self.me.next(), self.me.prev()] {
+            if Some(to) == skip {
+                continue;
+            }
+            let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + 1);
+            let header = self.header(FrameKind::Abort, to, 0, 0);
+            wire::encode_header(&header, &mut bytes);
+            bytes.push(abort_code(e.kind()));
+            self.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+        }
+        self.phase = Phase::Ending(Err(e));
+    }
+
+    /// Returns the next thing the host must do. See the [module docs](self).
+    pub fn poll_output(&mut self) -> Output<T> {
+        loop {
+            if let Some(t) = self.out.pop_front() {
+                return Output::Transmit(t);
+            }
+            match core::mem::replace(&mut self.phase, Phase::Finished) {
+                Phase::Finished => {
+                    return Output::Done(Err(Error::misuse("session polled after Done")));
+                }
+                Phase::Ending(result) => return Output::Done(result),
+                Phase::Setup { start, next_seed } => match next_seed {
+                    None => {
+                        self.phase = Phase::Setup { start, next_seed };
+                        return Output::Pending { waiting_for: Some(self.me.next()) };
+                    }
+                    Some(next) => {
+                        let keys = PartyKeys::new(self.me, self.own_seed, next, self.private_key);
+                        let shared = Arc::new(Shared {
+                            me: self.me,
+                            mailbox: self.mailbox.clone(),
+                            keys,
+                            kernel: self.cfg.kernel.clone(),
+                            fixed: self.cfg.fixed,
+                        });
+                        self.own_seed = [0; 32];
+                        self.private_key = [0; 32];
+                        self.phase = Phase::Running { fut: start(Ctx::root(shared)) };
+                        self.runnable = true;
+                    }
+                },
+                Phase::Running { mut fut } => {
+                    if !self.runnable {
+                        let waiting_for = self.mailbox.lock().first_missing();
+                        self.phase = Phase::Running { fut };
+                        return Output::Pending { waiting_for };
+                    }
+                    {
+                        let mut mb = self.mailbox.lock();
+                        mb.wanted.clear();
+                        mb.yield_requested = false;
+                    }
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match fut.as_mut().poll(&mut cx) {
+                        Poll::Ready(Ok(v)) => {
+                            self.seal();
+                            match self.leftover() {
+                                None => self.phase = Phase::Ending(Ok(v)),
+                                Some(e) => self.fail(e, None),
+                            }
+                        }
+                        Poll::Ready(Err(e)) => self.fail(e, None),
+                        Poll::Pending => {
+                            let (yielded, satisfied, any_wanted) = {
+                                let mb = self.mailbox.lock();
+                                (mb.yield_requested, mb.wants_satisfied(), !mb.wanted.is_empty())
+                            };
+                            self.phase = Phase::Running { fut };
+                            if yielded {
+                                return Output::Yielded;
+                            }
+                            if !any_wanted {
+                                self.fail(Error::bug("protocol is pending without waiting for data"), None);
+                                continue;
+                            }
+                            self.seal();
+                            self.runnable = satisfied;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A record that arrived but was never received means the peers disagree on the protocol.
+    fn leftover(&self) -> Option<Error> {
+        let mb = self.mailbox.lock();
+        let key = mb.inbound.keys().next().or_else(|| mb.partial.keys().next())?;
+        let from = PartyId::try_from_u8(key.0).unwrap_or(self.me.next());
+        Some(Error::protocol(from, "record that the protocol never received"))
+    }
+
+    /// Seals every record queued in this epoch into frames, one or more per peer.
+    fn seal(&mut self) {
+        let (queues, payload, round) = {
+            let mut mb = self.mailbox.lock();
+            if mb.outbound.iter().all(|q| q.is_empty()) {
+                return;
+            }
+            mb.clock += 1;
+            let queues = core::mem::take(&mut mb.outbound);
+            let payload = core::mem::take(&mut mb.payload_queued);
+            (queues, payload, mb.clock)
+        };
+        for (idx, records) in queues.into_iter().enumerate() {
+            if records.is_empty() {
+                continue;
+            }
+            let to = PartyId::from_index(idx);
+            self.stats.payload_bytes_sent[idx] += payload[idx];
+            self.frame_records(to, records, round);
+        }
+    }
+
+    fn frame_records(&mut self, to: PartyId, records: Vec<OutRecord>, round: u32) {
+        let cap = self.cfg.max_frame_len - FRAME_HEADER_LEN;
+        let mut body: Vec<u8> = Vec::new();
+        let mut chunks: u32 = 0;
+        for rec in records {
+            let total = rec.bytes.len();
+            let mut off = 0usize;
+            loop {
+                let space = cap - body.len();
+                // Start a new frame when not even a header and one byte fit (or, for an
+                // empty record, not even a header).
+                let need = CHUNK_HEADER_LEN + usize::from(total > off);
+                if space < need {
+                    self.flush_frame(to, &mut body, &mut chunks, round);
+                    continue;
+                }
+                let take = (total - off).min(space - CHUNK_HEADER_LEN);
+                body.extend_from_slice(&rec.tag.to_le_bytes());
+                body.extend_from_slice(&(total as u64).to_le_bytes());
+                body.extend_from_slice(&(off as u64).to_le_bytes());
+                body.extend_from_slice(&(take as u32).to_le_bytes());
+                body.extend_from_slice(rec.bytes.get(off..off + take).unwrap_or(&[]));
+                chunks += 1;
+                off += take;
+                if off >= total {
+                    break;
+                }
+            }
+        }
+        if chunks > 0 {
+            self.flush_frame(to, &mut body, &mut chunks, round);
+        }
+    }
+
+    fn flush_frame(&mut self, to: PartyId, body: &mut Vec<u8>, chunks: &mut u32, round: u32) {
+        let header = self.header(FrameKind::Data, to, round, *chunks);
+        let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
+        wire::encode_header(&header, &mut bytes);
+        bytes.append(body);
+        *chunks = 0;
+        let idx = to.index();
+        self.stats.frames_sent[idx] += 1;
+        self.stats.bytes_sent[idx] += bytes.len() as u64;
+        self.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+    }
+}
+
+fn abort_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Protocol { .. } => 1,
+        ErrorKind::Aborted { .. } => 2,
+        ErrorKind::Timeout { .. } => 3,
+        ErrorKind::Misuse => 4,
+        ErrorKind::Bug => 5,
+    }
+}

@@ -1,0 +1,41 @@
+//! Protocols over a [`Ctx`](crate::Ctx): each is an `async fn` that forks its own context,
+//! so calling one twice never reuses tags or randomness.
+//!
+//! Costs are given per element as **Rounds** (critical path) and **Bytes** sent per party
+//! (payload, excluding frame and record headers); tests pin them.
+
+mod and;
+mod input;
+mod matmul;
+mod mul;
+mod reveal;
+mod trunc;
+
+pub use and::and;
+pub use input::share_input;
+pub use matmul::{matmul, matmul_fixed};
+pub use mul::{mul, mul_fixed, square, square_fixed};
+pub use reveal::{reveal_all, reveal_to};
+pub use trunc::trunc;
+
+use alloc::vec::Vec;
+
+use crate::engine::Ctx;
+use crate::error::Error;
+use crate::ring::Width;
+use crate::share::Shares;
+
+/// Turns a 3-of-3 additive sharing `z_i` (one value per party, summing to the secret) into
+/// replicated shares: re-mask with a zero sharing, send to `P_{i-1}`, receive from `P_{i+1}`.
+///
+/// Rounds: 1. Bytes: 8 per element per party.
+pub(crate) async fn reshare(ctx: &mut Ctx, mut z: Vec<u64>) -> Result<Shares, Error> {
+    let alpha = ctx.zero_share(z.len());
+    for (v, a) in z.iter_mut().zip(&alpha) {
+        *v = v.wrapping_add(*a);
+    }
+    let me = ctx.me();
+    let n = z.len();
+    let z_next = ctx.exchange(me.prev(), &z, me.next(), n, Width::W64).await?;
+    Ok(Shares::from_parts(me, z, z_next))
+}

@@ -1,0 +1,407 @@
+//! Arithmetic 2-out-of-3 replicated shares over Z_2^64, vectorised.
+//!
+//! `Shares` is deliberately not a message: it has no wire encoding, no public accessor of
+//! its components and a `Debug` that prints only the party and the length. Values leave a
+//! party only through protocols such as [`crate::proto::reveal_to`].
+//!
+//! ```compile_fail
+//! // Shares cannot be handed to the network layer: `Ctx::send` takes public words only.
+//! async fn leak(ctx: &mut puma_core::Ctx, x: &puma_core::Shares) {
+//!     ctx.send(ctx.me().next(), x, puma_core::Width::W64);
+//! }
+//! ```
+
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::Range;
+
+use crate::error::Error;
+use crate::party::PartyId;
+
+/// One party's shares of a vector x ∈ Z_2^64^n: component `x_i` and `x_{i+1}` of each element
+/// for party `Pi`, as two parallel vectors.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Shares {
+    party: PartyId,
+    a: Vec<u64>,
+    b: Vec<u64>,
+}
+
+impl fmt::Debug for Shares {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Shares {{ party: {}, len: {} }}", self.party, self.a.len())
+    }
+}
+
+fn same_len(x: &Shares, y: &Shares) -> Result<(), Error> {
+    if x.party != y.party {
+        return Err(Error::misuse("shares of different parties"));
+    }
+    if x.a.len() != y.a.len() {
+        return Err(Error::misuse("share vectors of different lengths"));
+    }
+    Ok(())
+}
+
+impl Shares {
+    pub(crate) fn from_parts(party: PartyId, a: Vec<u64>, b: Vec<u64>) -> Shares {
+        debug_assert_eq!(a.len(), b.len());
+        Shares { party, a, b }
+    }
+
+    /// This party's first component `x_i` of every element.
+    pub(crate) fn a(&self) -> &[u64] {
+        &self.a
+    }
+
+    /// This party's second component `x_{i+1}` of every element.
+    pub(crate) fn b(&self) -> &[u64] {
+        &self.b
+    }
+
+    /// A sharing of the public vector `values` (component 0 carries it, the others are 0).
+    pub fn from_public(party: PartyId, values: &[u64]) -> Shares {
+        let n = values.len();
+        let zeros = alloc::vec![0u64; n];
+        match party {
+            PartyId::P0 => Shares::from_parts(party, values.to_vec(), zeros),
+            PartyId::P1 => Shares::from_parts(party, zeros.clone(), zeros),
+            PartyId::P2 => Shares::from_parts(party, zeros, values.to_vec()),
+        }
+    }
+
+    /// A sharing of `n` zeros.
+    pub fn zeros(party: PartyId, n: usize) -> Shares {
+        Shares::from_parts(party, alloc::vec![0; n], alloc::vec![0; n])
+    }
+
+    /// The party these shares belong to.
+    pub fn party(&self) -> PartyId {
+        self.party
+    }
+
+    /// Number of shared elements.
+    pub fn len(&self) -> usize {
+        self.a.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.a.is_empty()
+    }
+
+    /// `x + y`.
+    ///
+    /// # Errors
+    /// `Misuse` if the lengths or parties differ.
+    pub fn add(&self, y: &Shares) -> Result<Shares, Error> {
+        same_len(self, y)?;
+        Ok(self.zip(y, u64::wrapping_add))
+    }
+
+    /// `x − y`.
+    ///
+    /// # Errors
+    /// `Misuse` if the lengths or parties differ.
+    pub fn sub(&self, y: &Shares) -> Result<Shares, Error> {
+        same_len(self, y)?;
+        Ok(self.zip(y, u64::wrapping_sub))
+    }
+
+    /// `x += y` in place.
+    ///
+    /// # Errors
+    /// `Misuse` if the lengths or parties differ.
+    pub fn add_assign(&mut self, y: &Shares) -> Result<(), Error> {
+        same_len(self, y)?;
+        for (s, t) in self.a.iter_mut().zip(&y.a) {
+            *s = s.wrapping_add(*t);
+        }
+        for (s, t) in self.b.iter_mut().zip(&y.b) {
+            *s = s.wrapping_add(*t);
+        }
+        Ok(())
+    }
+
+    /// `−x`.
+    pub fn neg(&self) -> Shares {
+        self.map(u64::wrapping_neg)
+    }
+
+    /// `c · x` for a public ring constant `c` (no truncation).
+    pub fn scale(&self, c: u64) -> Shares {
+        self.map(|v| v.wrapping_mul(c))
+    }
+
+    /// `c ⊙ x` elementwise for a public vector `c` (no truncation).
+    ///
+    /// # Errors
+    /// `Misuse` if `c` has a different length.
+    pub fn mul_public(&self, c: &[u64]) -> Result<Shares, Error> {
+        if c.len() != self.len() {
+            return Err(Error::misuse("public vector of a different length"));
+        }
+        let a = self.a.iter().zip(c).map(|(v, c)| v.wrapping_mul(*c)).collect();
+        let b = self.b.iter().zip(c).map(|(v, c)| v.wrapping_mul(*c)).collect();
+        Ok(Shares::from_parts(self.party, a, b))
+    }
+
+    /// `x + c` for a public vector `c`: component 0 absorbs it (held by P0 and P2).
+    ///
+    /// # Errors
+    /// `Misuse` if `c` has a different length.
+    pub fn add_public(&self, c: &[u64]) -> Result<Shares, Error> {
+        if c.len() != self.len() {
+            return Err(Error::misuse("public vector of a different length"));
+        }
+        let mut out = self.clone();
+        let target = match self.party {
+            PartyId::P0 => Some(&mut out.a),
+            PartyId::P1 => None,
+            PartyId::P2 => Some(&mut out.b),
+        };
+        if let Some(t) = target {
+            for (v, c) in t.iter_mut().zip(c) {
+                *v = v.wrapping_add(*c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `x + c` for one public constant added to every element.
+    pub fn add_public_scalar(&self, c: u64) -> Shares {
+        let mut out = self.clone();
+        let target = match self.party {
+            PartyId::P0 => Some(&mut out.a),
+            PartyId::P1 => None,
+            PartyId::P2 => Some(&mut out.b),
+        };
+        if let Some(t) = target {
+            for v in t.iter_mut() {
+                *v = v.wrapping_add(c);
+            }
+        }
+        out
+    }
+
+    /// The elements in `range`.
+    ///
+    /// # Errors
+    /// `Misuse` if the range is out of bounds.
+    pub fn slice(&self, range: Range<usize>) -> Result<Shares, Error> {
+        let a = self.a.get(range.clone()).ok_or(Error::misuse("slice out of bounds"))?;
+        let b = self.b.get(range).ok_or(Error::misuse("slice out of bounds"))?;
+        Ok(Shares::from_parts(self.party, a.to_vec(), b.to_vec()))
+    }
+
+    /// The elements at `indices`, in that order (repeats allowed): reshapes, transposes
+    /// and head splits are gathers.
+    ///
+    /// # Errors
+    /// `Misuse` if an index is out of bounds.
+    pub fn gather(&self, indices: &[usize]) -> Result<Shares, Error> {
+        let mut a = Vec::with_capacity(indices.len());
+        let mut b = Vec::with_capacity(indices.len());
+        for &i in indices {
+            a.push(*self.a.get(i).ok_or(Error::misuse("gather index out of bounds"))?);
+            b.push(*self.b.get(i).ok_or(Error::misuse("gather index out of bounds"))?);
+        }
+        Ok(Shares::from_parts(self.party, a, b))
+    }
+
+    /// All parts one after another.
+    ///
+    /// # Errors
+    /// `Misuse` if `parts` is empty or mixes parties.
+    pub fn concat(parts: &[&Shares]) -> Result<Shares, Error> {
+        let first = parts.first().ok_or(Error::misuse("concat of no parts"))?;
+        let n = parts.iter().map(|p| p.len()).sum();
+        let mut a = Vec::with_capacity(n);
+        let mut b = Vec::with_capacity(n);
+        for p in parts {
+            if p.party != first.party {
+                return Err(Error::misuse("shares of different parties"));
+            }
+            a.extend_from_slice(&p.a);
+            b.extend_from_slice(&p.b);
+        }
+        Ok(Shares::from_parts(first.party, a, b))
+    }
+
+    /// Splits into the first `mid` elements and the rest.
+    ///
+    /// # Errors
+    /// `Misuse` if `mid > len`.
+    pub fn split_at(&self, mid: usize) -> Result<(Shares, Shares), Error> {
+        if mid > self.len() {
+            return Err(Error::misuse("split point out of bounds"));
+        }
+        let (a0, a1) = self.a.split_at(mid);
+        let (b0, b1) = self.b.split_at(mid);
+        Ok((
+            Shares::from_parts(self.party, a0.to_vec(), b0.to_vec()),
+            Shares::from_parts(self.party, a1.to_vec(), b1.to_vec()),
+        ))
+    }
+
+    fn map(&self, f: impl Fn(u64) -> u64) -> Shares {
+        Shares::from_parts(
+            self.party,
+            self.a.iter().map(|&v| f(v)).collect(),
+            self.b.iter().map(|&v| f(v)).collect(),
+        )
+    }
+
+    fn zip(&self, y: &Shares, f: impl Fn(u64, u64) -> u64) -> Shares {
+        Shares::from_parts(
+            self.party,
+            self.a.iter().zip(&y.a).map(|(&s, &t)| f(s, t)).collect(),
+            self.b.iter().zip(&y.b).map(|(&s, &t)| f(s, t)).collect(),
+        )
+    }
+}
+
+/// One party's boolean (XOR) replicated shares of a vector of `width`-bit values, one value
+/// per `u64` word (bits above `width` are zero).
+#[derive(Clone, PartialEq, Eq)]
+pub struct BitShares {
+    party: PartyId,
+    width: crate::ring::Width,
+    a: Vec<u64>,
+    b: Vec<u64>,
+}
+
+impl fmt::Debug for BitShares {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "BitShares {{ party: {}, width: {}, len: {} }}",
+            self.party,
+            self.width.bits(),
+            self.a.len()
+        )
+    }
+}
+
+impl BitShares {
+    pub(crate) fn from_parts(
+        party: PartyId,
+        width: crate::ring::Width,
+        mut a: Vec<u64>,
+        mut b: Vec<u64>,
+    ) -> BitShares {
+        debug_assert_eq!(a.len(), b.len());
+        crate::ring::reduce_slice(width, &mut a);
+        crate::ring::reduce_slice(width, &mut b);
+        BitShares { party, width, a, b }
+    }
+
+    pub(crate) fn a(&self) -> &[u64] {
+        &self.a
+    }
+
+    pub(crate) fn b(&self) -> &[u64] {
+        &self.b
+    }
+
+    /// A sharing of public `width`-bit values.
+    pub fn from_public(party: PartyId, width: crate::ring::Width, values: &[u64]) -> BitShares {
+        let zeros = alloc::vec![0u64; values.len()];
+        match party {
+            PartyId::P0 => BitShares::from_parts(party, width, values.to_vec(), zeros),
+            PartyId::P1 => BitShares::from_parts(party, width, zeros.clone(), zeros),
+            PartyId::P2 => BitShares::from_parts(party, width, zeros, values.to_vec()),
+        }
+    }
+
+    /// The party these shares belong to.
+    pub fn party(&self) -> PartyId {
+        self.party
+    }
+
+    /// Bits per value.
+    pub fn width(&self) -> crate::ring::Width {
+        self.width
+    }
+
+    /// Number of shared values.
+    pub fn len(&self) -> usize {
+        self.a.len()
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.a.is_empty()
+    }
+
+    /// `x ⊕ y`.
+    ///
+    /// # Errors
+    /// `Misuse` if lengths, widths or parties differ.
+    pub fn xor(&self, y: &BitShares) -> Result<BitShares, Error> {
+        if self.party != y.party || self.width != y.width || self.len() != y.len() {
+            return Err(Error::misuse("bit shares of different shapes"));
+        }
+        Ok(BitShares {
+            party: self.party,
+            width: self.width,
+            a: self.a.iter().zip(&y.a).map(|(s, t)| s ^ t).collect(),
+            b: self.b.iter().zip(&y.b).map(|(s, t)| s ^ t).collect(),
+        })
+    }
+
+    /// `x ⊕ c` for public values `c`.
+    ///
+    /// # Errors
+    /// `Misuse` if `c` has a different length.
+    pub fn xor_public(&self, c: &[u64]) -> Result<BitShares, Error> {
+        if c.len() != self.len() {
+            return Err(Error::misuse("public vector of a different length"));
+        }
+        let p = BitShares::from_public(self.party, self.width, c);
+        self.xor(&p)
+    }
+
+    /// `x ∧ c` for public values `c` (local).
+    ///
+    /// # Errors
+    /// `Misuse` if `c` has a different length.
+    pub fn and_public(&self, c: &[u64]) -> Result<BitShares, Error> {
+        if c.len() != self.len() {
+            return Err(Error::misuse("public vector of a different length"));
+        }
+        Ok(BitShares {
+            party: self.party,
+            width: self.width,
+            a: self.a.iter().zip(c).map(|(s, t)| s & t).collect(),
+            b: self.b.iter().zip(c).map(|(s, t)| s & t).collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reconstruct(s: &[Shares; 3]) -> Vec<u64> {
+        (0..s[0].len())
+            .map(|k| s[0].a[k].wrapping_add(s[1].a[k]).wrapping_add(s[2].a[k]))
+            .collect()
+    }
+
+    #[test]
+    fn public_sharing_and_local_ops() {
+        let c = [5u64, u64::MAX, 1 << 63];
+        let sh = PartyId::ALL.map(|p| Shares::from_public(p, &c));
+        assert_eq!(reconstruct(&sh), c.to_vec());
+        let plus = sh.clone().map(|s| s.add_public(&[1, 1, 1]).unwrap());
+        assert_eq!(reconstruct(&plus), vec![6, 0, (1 << 63) + 1]);
+        let scaled = sh.clone().map(|s| s.scale(3));
+        assert_eq!(reconstruct(&scaled), c.iter().map(|v| v.wrapping_mul(3)).collect::<Vec<_>>());
+        let g = sh.clone().map(|s| s.gather(&[2, 0, 0]).unwrap());
+        assert_eq!(reconstruct(&g), vec![1 << 63, 5, 5]);
+        assert!(sh[0].gather(&[3]).is_err());
+        assert!(sh[0].add(&sh[1]).is_err());
+        assert_eq!(format!("{:?}", sh[0]), "Shares { party: P0, len: 3 }");
+    }
+}
