@@ -75,7 +75,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            ErrorKind::Protocol { from } => write!(f, "protocol error from {from}: {}", self.detail),
+            ErrorKind::Protocol { from } => {
+                write!(f, "protocol error from {from}: {}", self.detail)
+            }
             ErrorKind::Aborted { by } => write!(f, "session aborted by {by}: {}", self.detail),
             ErrorKind::Timeout { waiting_for } => {
                 write!(f, "timed out waiting for {waiting_for}: {}", self.detail)

@@ -13,7 +13,9 @@ pub struct FixedPoint {
 
 impl Default for FixedPoint {
     fn default() -> Self {
-        FixedPoint { frac_bits: DEFAULT_FRAC_BITS }
+        FixedPoint {
+            frac_bits: DEFAULT_FRAC_BITS,
+        }
     }
 }
 

@@ -46,7 +46,12 @@ pub(crate) fn stream(key: &Key, tag: u64, n: usize) -> Vec<u64> {
 
 impl PartyKeys {
     pub(crate) fn new(me: PartyId, own: Key, next: Key, private: Key) -> Self {
-        PartyKeys { me, own, next, private }
+        PartyKeys {
+            me,
+            own,
+            next,
+            private,
+        }
     }
 
     /// The key of component `j`, if this party holds it.
@@ -62,7 +67,9 @@ impl PartyKeys {
 
     /// `F_j(tag)`, `n` words.
     pub(crate) fn component(&self, j: PartyId, tag: u64, n: usize) -> Result<Vec<u64>, Error> {
-        let key = self.key(j).ok_or(Error::bug("party does not hold this PRSS key"))?;
+        let key = self
+            .key(j)
+            .ok_or(Error::bug("party does not hold this PRSS key"))?;
         Ok(stream(key, tag, n))
     }
 

@@ -7,7 +7,8 @@
 //! ```compile_fail
 //! // Shares cannot be handed to the network layer: `Ctx::send` takes public words only.
 //! async fn leak(ctx: &mut puma_core::Ctx, x: &puma_core::Shares) {
-//!     ctx.send(ctx.me().next(), x, puma_core::Width::W64);
+//!     let to = ctx.me().next();
+//!     ctx.send(to, x, puma_core::Width::W64);
 //! }
 //! ```
 
@@ -29,7 +30,12 @@ pub struct Shares {
 
 impl fmt::Debug for Shares {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Shares {{ party: {}, len: {} }}", self.party, self.a.len())
+        write!(
+            f,
+            "Shares {{ party: {}, len: {} }}",
+            self.party,
+            self.a.len()
+        )
     }
 }
 
@@ -141,8 +147,18 @@ impl Shares {
         if c.len() != self.len() {
             return Err(Error::misuse("public vector of a different length"));
         }
-        let a = self.a.iter().zip(c).map(|(v, c)| v.wrapping_mul(*c)).collect();
-        let b = self.b.iter().zip(c).map(|(v, c)| v.wrapping_mul(*c)).collect();
+        let a = self
+            .a
+            .iter()
+            .zip(c)
+            .map(|(v, c)| v.wrapping_mul(*c))
+            .collect();
+        let b = self
+            .b
+            .iter()
+            .zip(c)
+            .map(|(v, c)| v.wrapping_mul(*c))
+            .collect();
         Ok(Shares::from_parts(self.party, a, b))
     }
 
@@ -189,8 +205,14 @@ impl Shares {
     /// # Errors
     /// `Misuse` if the range is out of bounds.
     pub fn slice(&self, range: Range<usize>) -> Result<Shares, Error> {
-        let a = self.a.get(range.clone()).ok_or(Error::misuse("slice out of bounds"))?;
-        let b = self.b.get(range).ok_or(Error::misuse("slice out of bounds"))?;
+        let a = self
+            .a
+            .get(range.clone())
+            .ok_or(Error::misuse("slice out of bounds"))?;
+        let b = self
+            .b
+            .get(range)
+            .ok_or(Error::misuse("slice out of bounds"))?;
         Ok(Shares::from_parts(self.party, a.to_vec(), b.to_vec()))
     }
 
@@ -203,8 +225,18 @@ impl Shares {
         let mut a = Vec::with_capacity(indices.len());
         let mut b = Vec::with_capacity(indices.len());
         for &i in indices {
-            a.push(*self.a.get(i).ok_or(Error::misuse("gather index out of bounds"))?);
-            b.push(*self.b.get(i).ok_or(Error::misuse("gather index out of bounds"))?);
+            a.push(
+                *self
+                    .a
+                    .get(i)
+                    .ok_or(Error::misuse("gather index out of bounds"))?,
+            );
+            b.push(
+                *self
+                    .b
+                    .get(i)
+                    .ok_or(Error::misuse("gather index out of bounds"))?,
+            );
         }
         Ok(Shares::from_parts(self.party, a, b))
     }
@@ -382,6 +414,7 @@ impl BitShares {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::{format, vec};
 
     fn reconstruct(s: &[Shares; 3]) -> Vec<u64> {
         (0..s[0].len())
@@ -397,7 +430,10 @@ mod tests {
         let plus = sh.clone().map(|s| s.add_public(&[1, 1, 1]).unwrap());
         assert_eq!(reconstruct(&plus), vec![6, 0, (1 << 63) + 1]);
         let scaled = sh.clone().map(|s| s.scale(3));
-        assert_eq!(reconstruct(&scaled), c.iter().map(|v| v.wrapping_mul(3)).collect::<Vec<_>>());
+        assert_eq!(
+            reconstruct(&scaled),
+            c.iter().map(|v| v.wrapping_mul(3)).collect::<Vec<_>>()
+        );
         let g = sh.clone().map(|s| s.gather(&[2, 0, 0]).unwrap());
         assert_eq!(reconstruct(&g), vec![1 << 63, 5, 5]);
         assert!(sh[0].gather(&[3]).is_err());

@@ -88,14 +88,23 @@ pub struct Sim {
 
 impl core::fmt::Debug for Sim {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "Sim {{ seed: {}, delivery: {:?} }}", self.seed, self.delivery)
+        write!(
+            f,
+            "Sim {{ seed: {}, delivery: {:?} }}",
+            self.seed, self.delivery
+        )
     }
 }
 
 impl Sim {
     /// A simulator with default configuration; `seed` derives the parties' entropy.
     pub fn new(seed: u64) -> Sim {
-        Sim { cfg: Config::new(seed), seed, delivery: Delivery::Fifo, hook: None }
+        Sim {
+            cfg: Config::new(seed),
+            seed,
+            delivery: Delivery::Fifo,
+            hook: None,
+        }
     }
 
     /// Uses `cfg` for all three sessions.
@@ -157,7 +166,9 @@ impl Sim {
             // Let every live party run until it waits.
             for p in PartyId::ALL {
                 let i = p.index();
-                let Some(Some(sess)) = sessions.get_mut(i) else { continue };
+                let Some(Some(sess)) = sessions.get_mut(i) else {
+                    continue;
+                };
                 loop {
                     match sess.poll_output() {
                         Output::Transmit(t) => {
@@ -166,7 +177,12 @@ impl Sim {
                             let index = sent_index[i][to];
                             sent_index[i][to] += 1;
                             let fate = match self.hook.as_mut() {
-                                Some(h) => h(&mut InFlight { from: p, to: t.to, index, bytes: &mut bytes }),
+                                Some(h) => h(&mut InFlight {
+                                    from: p,
+                                    to: t.to,
+                                    index,
+                                    bytes: &mut bytes,
+                                }),
                                 None => Fate::Deliver,
                             };
                             match fate {
@@ -219,7 +235,10 @@ impl Sim {
                 };
                 for bytes in batch {
                     if let Some(Some(s)) = sessions.get_mut(t) {
-                        let _ = s.handle_input(Input::Frame { from: PartyId::from_index(f), bytes: &bytes });
+                        let _ = s.handle_input(Input::Frame {
+                            from: PartyId::from_index(f),
+                            bytes: &bytes,
+                        });
                     }
                 }
             }
@@ -227,7 +246,11 @@ impl Sim {
         let [a, b, c] = results;
         let missing = || Err(Error::bug("simulated party ended without a result"));
         Outcome {
-            results: [a.unwrap_or_else(missing), b.unwrap_or_else(missing), c.unwrap_or_else(missing)],
+            results: [
+                a.unwrap_or_else(missing),
+                b.unwrap_or_else(missing),
+                c.unwrap_or_else(missing),
+            ],
             stats,
         }
     }
@@ -263,10 +286,27 @@ pub fn reconstruct_bits(shares: &[crate::share::BitShares; 3]) -> Result<Vec<u64
             return Err(Error::misuse("bit shares are not consistently replicated"));
         }
     }
-    Ok(s0.a().iter().zip(s1.a()).zip(s2.a()).map(|((a, b), c)| a ^ b ^ c).collect())
+    Ok(s0
+        .a()
+        .iter()
+        .zip(s1.a())
+        .zip(s2.a())
+        .map(|((a, b), c)| a ^ b ^ c)
+        .collect())
 }
 
 /// One party's raw components `(x_i, x_{i+1})` (tests only: for distribution checks).
 pub fn components(s: &crate::share::Shares) -> (&[u64], &[u64]) {
     (s.a(), s.b())
+}
+
+/// Boolean shares from raw components `(x_i, x_{i+1})` (tests only: e.g. to reuse random
+/// arithmetic components as a random XOR sharing).
+pub fn bit_shares_from_components(
+    party: PartyId,
+    width: crate::ring::Width,
+    a: Vec<u64>,
+    b: Vec<u64>,
+) -> crate::share::BitShares {
+    crate::share::BitShares::from_parts(party, width, a, b)
 }

@@ -11,10 +11,12 @@
 //!   3  u8   kind: 0 setup, 1 data, 2 abort
 //!   4  u8   sender party index
 //!   5  u8   receiver party index
-//!   6  u16  reserved, zero
+//!   6  u16  flags: bit 0 END (last frame of the sender's epoch on this link),
+//!           bit 1 ACTIVE (the sender sent a record to anyone in this epoch; END only),
+//!           bit 2 FINISHED (the sender's protocol ended in this epoch; END only)
 //!   8  u64  session id
 //!  16  u64  link sequence number (per sender→receiver link, from 0)
-//!  24  u32  round (data frames: critical-path round of this frame, from 1)
+//!  24  u32  epoch (data frames: the sender's lockstep epoch, from 1)
 //!  28  u32  number of record chunks
 //! record chunk header (28 bytes), then `chunk_len` payload bytes
 //!   0  u64  tag
@@ -40,6 +42,14 @@ pub const MIN_FRAME_LEN: usize = FRAME_HEADER_LEN + CHUNK_HEADER_LEN + 8;
 
 const MAGIC: u16 = 0x4d50;
 const VERSION: u8 = 1;
+/// Flag: the last frame of the sender's epoch on this link.
+pub const FLAG_END: u16 = 1;
+/// Flag: the sender sent at least one record (to anyone) in this epoch.
+pub const FLAG_ACTIVE: u16 = 2;
+/// Flag: the sender's protocol finished in this epoch; it sends nothing more.
+pub const FLAG_FINISHED: u16 = 4;
+const KNOWN_FLAGS: u16 = FLAG_END | FLAG_ACTIVE | FLAG_FINISHED;
+
 /// Bytes of a setup frame body: the sender's fresh pairwise seed.
 pub(crate) const SEED_LEN: usize = 32;
 
@@ -75,10 +85,12 @@ pub struct FrameHeader {
     pub to: PartyId,
     /// The session this frame belongs to.
     pub session_id: u64,
+    /// `FLAG_*` bits.
+    pub flags: u16,
     /// Position of this frame on its link, from 0.
     pub seq: u64,
-    /// Critical-path round of a data frame.
-    pub round: u32,
+    /// The sender's epoch (data frames).
+    pub epoch: u32,
     /// Number of record chunks in a data frame.
     pub n_records: u32,
 }
@@ -124,10 +136,10 @@ pub(crate) fn encode_header(h: &FrameHeader, out: &mut Vec<u8>) {
     out.push(h.kind.code());
     out.push(h.from as u8);
     out.push(h.to as u8);
-    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&h.flags.to_le_bytes());
     out.extend_from_slice(&h.session_id.to_le_bytes());
     out.extend_from_slice(&h.seq.to_le_bytes());
-    out.extend_from_slice(&h.round.to_le_bytes());
+    out.extend_from_slice(&h.epoch.to_le_bytes());
     out.extend_from_slice(&h.n_records.to_le_bytes());
 }
 
@@ -183,7 +195,7 @@ impl<'a> Reader<'a> {
 /// Decodes and validates a frame header; `from` is the link the transport received it on.
 ///
 /// # Errors
-/// `Protocol { from }` for a short header, a bad magic, version, kind or reserved field,
+/// `Protocol { from }` for a short header, a bad magic, version, kind or unknown flag,
 /// or a sender field that does not match the link.
 pub fn decode_header(bytes: &[u8], from: PartyId) -> Result<FrameHeader, Error> {
     let mut r = Reader::new(bytes, from);
@@ -202,18 +214,23 @@ pub fn decode_header(bytes: &[u8], from: PartyId) -> Result<FrameHeader, Error> 
     let sender = PartyId::try_from_u8(r.u8()?).ok_or(Error::protocol(from, "bad sender id"))?;
     let to = PartyId::try_from_u8(r.u8()?).ok_or(Error::protocol(from, "bad receiver id"))?;
     if sender != from {
-        return Err(Error::protocol(from, "frame sender does not match its link"));
+        return Err(Error::protocol(
+            from,
+            "frame sender does not match its link",
+        ));
     }
-    if r.u16()? != 0 {
-        return Err(Error::protocol(from, "reserved header field is not zero"));
+    let flags = r.u16()?;
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(Error::protocol(from, "unknown frame flags"));
     }
     Ok(FrameHeader {
         kind,
         from: sender,
         to,
+        flags,
         session_id: r.u64()?,
         seq: r.u64()?,
-        round: r.u32()?,
+        epoch: r.u32()?,
         n_records: r.u32()?,
     })
 }
@@ -258,7 +275,10 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
         .packed_len(n)
         .ok_or(Error::protocol(from, "record length overflows"))?;
     if bytes.len() != expected {
-        return Err(Error::protocol(from, "record length does not match the expected message"));
+        return Err(Error::protocol(
+            from,
+            "record length does not match the expected message",
+        ));
     }
     let w = width.bits();
     let mut out = Vec::with_capacity(n);
@@ -276,7 +296,9 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
     let mut it = bytes.iter();
     for _ in 0..n {
         while nbits < w {
-            let b = it.next().ok_or(Error::bug("unpack ran past a checked length"))?;
+            let b = it
+                .next()
+                .ok_or(Error::bug("unpack ran past a checked length"))?;
             acc |= u128::from(*b) << nbits;
             nbits += 8;
         }
@@ -285,7 +307,10 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
         nbits -= w;
     }
     if acc != 0 {
-        return Err(Error::protocol(from, "non-zero padding bits in a packed record"));
+        return Err(Error::protocol(
+            from,
+            "non-zero padding bits in a packed record",
+        ));
     }
     Ok(out)
 }
@@ -293,6 +318,7 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use proptest::prelude::*;
 
     proptest! {
@@ -311,10 +337,14 @@ mod tests {
     #[test]
     fn unpack_rejects_bad_lengths_and_padding() {
         let w = Width::new(3).unwrap();
-        assert!(unpack(&[0u8; 2], 3, w, PartyId::P0).is_err());
+        assert!(unpack(&[0u8; 3], 3, w, PartyId::P0).is_err());
+        assert!(unpack(&[0u8; 1], 3, w, PartyId::P0).is_err());
         // 3 elements of 3 bits use 9 bits: the top 7 bits of byte 2 are padding.
         assert!(unpack(&[0, 0b10], 3, w, PartyId::P0).is_err());
-        assert_eq!(unpack(&[0b1111_1111, 1], 3, w, PartyId::P0).unwrap(), vec![7, 7, 7]);
+        assert_eq!(
+            unpack(&[0b1111_1111, 1], 3, w, PartyId::P0).unwrap(),
+            vec![7, 7, 7]
+        );
     }
 
     #[test]
@@ -323,9 +353,10 @@ mod tests {
             kind: FrameKind::Data,
             from: PartyId::P2,
             to: PartyId::P1,
+            flags: FLAG_END,
             session_id: 7,
             seq: 3,
-            round: 9,
+            epoch: 9,
             n_records: 2,
         };
         let mut b = Vec::new();
@@ -336,6 +367,9 @@ mod tests {
         assert!(decode_header(&b[..20], PartyId::P2).is_err());
         let mut bad = b.clone();
         bad[2] = 9;
+        assert!(decode_header(&bad, PartyId::P2).is_err());
+        let mut bad = b.clone();
+        bad[7] = 0x80;
         assert!(decode_header(&bad, PartyId::P2).is_err());
     }
 }

@@ -74,13 +74,25 @@ pub struct Ctx {
 
 impl core::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "Ctx {{ me: {}, path: {:#018x} }}", self.shared.me, self.path)
+        write!(
+            f,
+            "Ctx {{ me: {}, path: {:#018x} }}",
+            self.shared.me, self.path
+        )
     }
 }
 
 impl Ctx {
     pub(crate) fn root(shared: Arc<Shared>) -> Ctx {
-        Ctx { shared, path: 0x7075_6d61, forks: 0, sent: [0; 3], received: [0; 3], draws: 0, private_draws: 0 }
+        Ctx {
+            shared,
+            path: 0x7075_6d61,
+            forks: 0,
+            sent: [0; 3],
+            received: [0; 3],
+            draws: 0,
+            private_draws: 0,
+        }
     }
 
     fn child(&self, path: u64) -> Ctx {

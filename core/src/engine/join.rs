@@ -77,9 +77,12 @@ where
     .await
 }
 
+/// A boxed future with its output once it is ready.
+type Slot<F, T> = (Pin<Box<F>>, Option<T>);
+
 /// Runs all futures concurrently, polling them in order; outputs keep the input order.
 pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut slots: Vec<(Pin<Box<F>>, Option<F::Output>)> =
+    let mut slots: Vec<Slot<F, F::Output>> =
         futures.into_iter().map(|f| (Box::pin(f), None)).collect();
     poll_fn(move |cx| {
         let mut all = true;
@@ -108,8 +111,7 @@ pub async fn try_join_all<F, T, E>(futures: Vec<F>) -> Result<Vec<T>, E>
 where
     F: Future<Output = Result<T, E>>,
 {
-    let mut slots: Vec<(Pin<Box<F>>, Option<T>)> =
-        futures.into_iter().map(|f| (Box::pin(f), None)).collect();
+    let mut slots: Vec<Slot<F, T>> = futures.into_iter().map(|f| (Box::pin(f), None)).collect();
     poll_fn(move |cx| {
         let mut all = true;
         for (f, out) in slots.iter_mut() {

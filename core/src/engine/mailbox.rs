@@ -16,13 +16,23 @@ pub(crate) struct OutRecord {
 pub(crate) struct Partial {
     pub(crate) total: u64,
     pub(crate) bytes: Vec<u8>,
-    pub(crate) round: u32,
+    pub(crate) epoch: u32,
 }
 
 /// A complete record not yet consumed by a receive.
 pub(crate) struct InRecord {
     pub(crate) bytes: Vec<u8>,
-    pub(crate) round: u32,
+    /// The sender's epoch; the record is visible from the receiver's next epoch on.
+    pub(crate) epoch: u32,
+}
+
+/// One decoded record chunk of a data frame.
+pub(crate) struct Chunk<'a> {
+    pub(crate) tag: u64,
+    pub(crate) total: u64,
+    pub(crate) offset: u64,
+    pub(crate) bytes: &'a [u8],
+    pub(crate) epoch: u32,
 }
 
 /// Everything the leaf futures touch: outgoing records, incoming records and bookkeeping.
@@ -36,8 +46,8 @@ pub(crate) struct Mailbox {
     pub(crate) partial: BTreeMap<(u8, u64), Partial>,
     /// Receives that were pending during the last poll.
     pub(crate) wanted: Vec<(PartyId, u64)>,
-    /// Critical-path round: the highest round sent or consumed so far.
-    pub(crate) clock: u32,
+    /// Records of epochs up to this one may be consumed (the previous epoch).
+    pub(crate) visible: u32,
     /// A task asked to yield to the host.
     pub(crate) yield_requested: bool,
     /// Bytes held in `inbound` and `partial`.
@@ -47,12 +57,18 @@ pub(crate) struct Mailbox {
 }
 
 impl Mailbox {
-    /// Takes the complete record `(from, tag)` if it is here; otherwise registers the want.
+    /// Takes the complete, visible record `(from, tag)` if it is here; otherwise registers
+    /// the want. Records of the sender's current epoch stay hidden until the next poll, so
+    /// what a poll sees never depends on delivery timing.
     pub(crate) fn take(&mut self, from: PartyId, tag: u64) -> Option<Vec<u8>> {
-        match self.inbound.remove(&(from as u8, tag)) {
+        let key = (from as u8, tag);
+        let visible = self
+            .inbound
+            .get(&key)
+            .is_some_and(|r| r.epoch <= self.visible);
+        match visible.then(|| self.inbound.remove(&key)).flatten() {
             Some(rec) => {
                 self.buffered = self.buffered.saturating_sub(rec.bytes.len());
-                self.clock = self.clock.max(rec.round);
                 Some(rec.bytes)
             }
             None => {
@@ -62,30 +78,25 @@ impl Mailbox {
         }
     }
 
-    /// Whether every pending receive of the last poll can now complete.
-    pub(crate) fn wants_satisfied(&self) -> bool {
-        self.wanted.iter().all(|(p, t)| self.inbound.contains_key(&(*p as u8, *t)))
-    }
-
-    /// The first peer whose record is still missing.
-    pub(crate) fn first_missing(&self) -> Option<PartyId> {
-        self.wanted
-            .iter()
-            .find(|(p, t)| !self.inbound.contains_key(&(*p as u8, *t)))
-            .map(|(p, _)| *p)
+    /// The first peer a pending receive waits for.
+    pub(crate) fn first_wanted(&self) -> Option<PartyId> {
+        self.wanted.first().map(|(p, _)| *p)
     }
 
     /// Adds one chunk of a record from `from`.
     pub(crate) fn add_chunk(
         &mut self,
         from: PartyId,
-        tag: u64,
-        total: u64,
-        offset: u64,
-        chunk: &[u8],
-        round: u32,
+        c: Chunk<'_>,
         max_buffered: usize,
     ) -> Result<(), Error> {
+        let Chunk {
+            tag,
+            total,
+            offset,
+            bytes: chunk,
+            epoch,
+        } = c;
         let key = (from as u8, tag);
         if self.inbound.contains_key(&key) {
             return Err(Error::protocol(from, "duplicate record tag"));
@@ -94,9 +105,15 @@ impl Mailbox {
             .buffered
             .checked_add(chunk.len())
             .filter(|b| *b <= max_buffered)
-            .ok_or(Error::protocol(from, "peer exceeded the receive buffer limit"))?;
+            .ok_or(Error::protocol(
+                from,
+                "peer exceeded the receive buffer limit",
+            ))?;
         if total > max_buffered as u64 {
-            return Err(Error::protocol(from, "record larger than the receive buffer limit"));
+            return Err(Error::protocol(
+                from,
+                "record larger than the receive buffer limit",
+            ));
         }
         let mut part = match self.partial.remove(&key) {
             Some(p) => p,
@@ -104,7 +121,11 @@ impl Mailbox {
                 if offset != 0 {
                     return Err(Error::protocol(from, "record chunk out of order"));
                 }
-                Partial { total, bytes: Vec::new(), round }
+                Partial {
+                    total,
+                    bytes: Vec::new(),
+                    epoch,
+                }
             }
         };
         if part.total != total || part.bytes.len() as u64 != offset {
@@ -114,10 +135,16 @@ impl Mailbox {
             return Err(Error::protocol(from, "record chunk overruns its record"));
         }
         part.bytes.extend_from_slice(chunk);
-        part.round = part.round.max(round);
+        part.epoch = part.epoch.max(epoch);
         self.buffered = new_buffered;
         if part.bytes.len() as u64 == total {
-            self.inbound.insert(key, InRecord { bytes: part.bytes, round: part.round });
+            self.inbound.insert(
+                key,
+                InRecord {
+                    bytes: part.bytes,
+                    epoch: part.epoch,
+                },
+            );
         } else {
             self.partial.insert(key, part);
         }

@@ -13,18 +13,22 @@
 //! }
 //! ```
 //!
-//! # Epochs
-//! The protocol is an `async fn` over a [`Ctx`]. The session polls it until every task waits
-//! on a receive, then seals all records queued in that epoch into one frame per peer, and
-//! polls again only once **every** pending receive can complete. Independent sub-protocols
-//! joined with [`join`] therefore share rounds, and the frames a party emits depend only on
-//! its inputs, seeds and the frames it received, never on delivery timing.
+//! # Epochs (lockstep)
+//! The protocol is an `async fn` over a [`Ctx`]. In each epoch the session polls it until
+//! every task waits on a receive, then seals every record queued in that epoch into frames
+//! for both peers (the last frame of an epoch is marked END, possibly carrying no record).
+//! The next epoch starts once both peers' END frames of this epoch have arrived, and a
+//! poll only sees records of earlier epochs. Independent sub-protocols joined with
+//! [`join`] therefore share rounds, and every frame a party emits is a function of its
+//! inputs, seeds and received frames, never of delivery timing.
 //!
 //! # Rounds
-//! Each data frame carries its critical-path round: one more than the highest round the
-//! sender had sent or consumed when it sealed the frame. [`Stats::rounds`] is the highest
-//! round a party sent or consumed, so the rounds of a run are the length of its longest
-//! chain of dependent messages. The setup round is counted apart.
+//! END frames say whether their sender sent any record in the epoch, so every party knows
+//! which epochs carried data anywhere. [`Stats::rounds`] counts those epochs: the rounds of
+//! a run (the simulator reports the maximum over the parties). An epoch in which no party
+//! sent anything while some party still waits is a deadlock (peers disagree about the
+//! protocol): every party fails at once with a protocol error. The setup round is counted
+//! apart.
 
 pub(crate) mod ctx;
 pub(crate) mod join;
@@ -51,11 +55,11 @@ use crate::kernel::{MatmulKernel, PortableKernel};
 use crate::party::PartyId;
 use crate::prss::{Key, PartyKeys};
 use crate::wire::{
-    self, CHUNK_HEADER_LEN, FRAME_HEADER_LEN, Frame, FrameHeader, FrameKind, MIN_FRAME_LEN,
-    Reader, SEED_LEN,
+    self, CHUNK_HEADER_LEN, FRAME_HEADER_LEN, Frame, FrameHeader, FrameKind, MIN_FRAME_LEN, Reader,
+    SEED_LEN,
 };
 use ctx::Shared;
-use mailbox::{Mailbox, OutRecord};
+use mailbox::{Chunk, Mailbox, OutRecord};
 
 /// Settings of one session; all three parties must use the same `session_id`.
 #[derive(Clone)]
@@ -144,7 +148,8 @@ pub enum Output<T> {
 /// Communication counters of one party; deterministic for a given protocol and input size.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Critical-path rounds after setup (see the module docs).
+    /// Epochs in which some party sent data, as seen by this party (see the module docs);
+    /// the setup round is not counted.
     pub rounds: u32,
     /// Data frames sent, by destination party index.
     pub frames_sent: [u64; 3],
@@ -177,11 +182,46 @@ type Start<T> = Box<dyn FnOnce(Ctx) -> BoxFuture<T> + Send>;
 
 enum Phase<T> {
     /// Waiting for the seed of `next`.
-    Setup { start: Start<T>, next_seed: Option<Key> },
-    Running { fut: BoxFuture<T> },
+    Setup {
+        start: Start<T>,
+        next_seed: Option<Key>,
+    },
+    Running {
+        fut: BoxFuture<T>,
+    },
     /// Finished; queued frames are flushed before `Done` is returned.
     Ending(Result<T, Error>),
     Finished,
+}
+
+/// What this party knows of one peer's progress.
+#[derive(Clone, Copy, Default)]
+struct PeerProgress {
+    /// The last epoch whose END frame arrived.
+    ended: u32,
+    /// The epoch in which the peer finished, if it has.
+    finished: Option<u32>,
+    /// ACTIVE flags of the END frames of epochs `ended - 1` and `ended`
+    /// (a peer runs at most one epoch ahead).
+    active: [bool; 2],
+}
+
+impl PeerProgress {
+    /// Whether the peer's part of `epoch` is complete (ended or finished before).
+    fn has_ended(&self, epoch: u32) -> bool {
+        self.ended >= epoch || self.finished.is_some_and(|f| f < epoch)
+    }
+
+    /// Whether the peer sent any record in `epoch` (which it has ended).
+    fn was_active(&self, epoch: u32) -> bool {
+        if epoch == self.ended {
+            self.active[1]
+        } else if epoch + 1 == self.ended {
+            self.active[0]
+        } else {
+            false
+        }
+    }
 }
 
 /// One party's run of one protocol. See the [module docs](self) for the run loop.
@@ -195,13 +235,23 @@ pub struct Session<T> {
     out: VecDeque<Transmit>,
     next_in_seq: [u64; 3],
     next_out_seq: [u64; 3],
-    runnable: bool,
+    peers: [PeerProgress; 3],
+    /// The current epoch (from 1 once running).
+    epoch: u32,
+    /// Whether this epoch's frames were sealed and the session waits for the peers' ENDs.
+    sealed: bool,
+    /// Whether this party sent a record in the current epoch.
+    active: bool,
     stats: Stats,
 }
 
 impl<T> core::fmt::Debug for Session<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "Session {{ me: {}, session_id: {} }}", self.me, self.cfg.session_id)
+        write!(
+            f,
+            "Session {{ me: {}, session_id: {}, epoch: {} }}",
+            self.me, self.cfg.session_id, self.epoch
+        )
     }
 }
 
@@ -214,7 +264,12 @@ impl<T: 'static> Session<T> {
     ///
     /// # Errors
     /// `Misuse` if `max_frame_len` is below [`wire::MIN_FRAME_LEN`].
-    pub fn new<F, Fut>(cfg: Config, me: PartyId, entropy: [u8; 32], protocol: F) -> Result<Self, Error>
+    pub fn new<F, Fut>(
+        cfg: Config,
+        me: PartyId,
+        entropy: [u8; 32],
+        protocol: F,
+    ) -> Result<Self, Error>
     where
         F: FnOnce(Ctx) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
@@ -232,23 +287,32 @@ impl<T: 'static> Session<T> {
             me,
             cfg,
             mailbox: Arc::new(Mutex::new(Mailbox::default())),
-            phase: Phase::Setup { start, next_seed: None },
+            phase: Phase::Setup {
+                start,
+                next_seed: None,
+            },
             own_seed,
             private_key,
             out: VecDeque::new(),
             next_in_seq: [0; 3],
             next_out_seq: [0; 3],
-            runnable: false,
+            peers: [PeerProgress::default(); 3],
+            epoch: 0,
+            sealed: false,
+            active: false,
             stats: Stats::default(),
         };
         // Setup: each Pi sends its fresh seed to P_{i-1}.
         let to = me.prev();
         let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + SEED_LEN);
-        let header = s.header(FrameKind::Setup, to, 0, 0);
+        let header = s.header(FrameKind::Setup, to, 0, 0, 0);
         wire::encode_header(&header, &mut bytes);
         bytes.extend_from_slice(&s.own_seed);
         s.stats.setup_bytes_sent = bytes.len() as u64;
-        s.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+        s.out.push_back(Transmit {
+            to,
+            frame: wire::frame_from_bytes(bytes),
+        });
         Ok(s)
     }
 
@@ -264,9 +328,7 @@ impl<T: 'static> Session<T> {
 
     /// Communication counters so far.
     pub fn stats(&self) -> Stats {
-        let mut s = self.stats.clone();
-        s.rounds = self.mailbox.lock().clock;
-        s
+        self.stats.clone()
     }
 
     /// Whether `Done` has been returned.
@@ -274,7 +336,14 @@ impl<T: 'static> Session<T> {
         matches!(self.phase, Phase::Finished)
     }
 
-    fn header(&mut self, kind: FrameKind, to: PartyId, round: u32, n_records: u32) -> FrameHeader {
+    fn header(
+        &mut self,
+        kind: FrameKind,
+        to: PartyId,
+        flags: u16,
+        epoch: u32,
+        n_records: u32,
+    ) -> FrameHeader {
         let idx = to.index();
         let seq = self.next_out_seq[idx];
         self.next_out_seq[idx] += 1;
@@ -282,11 +351,19 @@ impl<T: 'static> Session<T> {
             kind,
             from: self.me,
             to,
+            flags,
             session_id: self.cfg.session_id,
             seq,
-            round,
+            epoch,
             n_records,
         }
+    }
+
+    /// The first peer whose END frame of the current epoch is missing.
+    fn lagging_peer(&self) -> Option<PartyId> {
+        [self.me.next(), self.me.prev()]
+            .into_iter()
+            .find(|p| !self.peers[p.index()].has_ended(self.epoch))
     }
 
     /// Feeds one input. Never blocks and performs no IO.
@@ -303,10 +380,15 @@ impl<T: 'static> Session<T> {
             Input::Timeout => {
                 let waiting_for = match &self.phase {
                     Phase::Setup { .. } => Some(self.me.next()),
-                    _ => self.mailbox.lock().first_missing(),
+                    _ => self
+                        .lagging_peer()
+                        .or_else(|| self.mailbox.lock().first_wanted()),
                 }
                 .unwrap_or(self.me.next());
-                let e = Error::new(ErrorKind::Timeout { waiting_for }, "no data before the deadline");
+                let e = Error::new(
+                    ErrorKind::Timeout { waiting_for },
+                    "no data before the deadline",
+                );
                 self.fail(e, None);
                 Err(e)
             }
@@ -314,7 +396,10 @@ impl<T: 'static> Session<T> {
                 if from == self.me {
                     return Err(Error::misuse("a frame cannot come from this party itself"));
                 }
-                match self.accept_frame(from, bytes) {
+                match self
+                    .accept_frame(from, bytes)
+                    .and_then(|()| self.try_advance())
+                {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         let aborter = match e.kind() {
@@ -352,7 +437,12 @@ impl<T: 'static> Session<T> {
         match h.kind {
             FrameKind::Abort => Err(Error::new(ErrorKind::Aborted { by: from }, "peer aborted")),
             FrameKind::Setup => {
-                if !expect_setup || h.n_records != 0 || h.round != 0 || r.remaining() != SEED_LEN {
+                if !expect_setup
+                    || h.n_records != 0
+                    || h.epoch != 0
+                    || h.flags != 0
+                    || r.remaining() != SEED_LEN
+                {
                     return Err(Error::protocol(from, "unexpected setup frame"));
                 }
                 let mut seed = [0u8; SEED_LEN];
@@ -369,43 +459,100 @@ impl<T: 'static> Session<T> {
                 if expect_setup {
                     return Err(Error::protocol(from, "data frame before the setup frame"));
                 }
-                if h.round == 0 {
-                    return Err(Error::protocol(from, "data frame without a round"));
+                let peer = self.peers[idx];
+                if peer.finished.is_some() {
+                    return Err(Error::protocol(from, "data frame after the peer finished"));
+                }
+                if h.epoch != peer.ended + 1 {
+                    return Err(Error::protocol(from, "data frame of an unexpected epoch"));
+                }
+                let end = h.flags & wire::FLAG_END != 0;
+                if !end && h.flags != 0 {
+                    return Err(Error::protocol(
+                        from,
+                        "epoch flags on a frame that does not end it",
+                    ));
                 }
                 self.stats.frames_received[idx] += 1;
                 self.stats.bytes_received[idx] += bytes.len() as u64;
-                let mut mb = self.mailbox.lock();
-                for _ in 0..h.n_records {
-                    let tag = r.u64()?;
-                    let total = r.u64()?;
-                    let offset = r.u64()?;
-                    let len = r.u32()? as usize;
-                    let chunk = r.take(len)?;
-                    mb.add_chunk(from, tag, total, offset, chunk, h.round, self.cfg.max_buffered_bytes)?;
+                {
+                    let mut mb = self.mailbox.lock();
+                    for _ in 0..h.n_records {
+                        let tag = r.u64()?;
+                        let total = r.u64()?;
+                        let offset = r.u64()?;
+                        let len = r.u32()? as usize;
+                        let chunk = Chunk {
+                            tag,
+                            total,
+                            offset,
+                            bytes: r.take(len)?,
+                            epoch: h.epoch,
+                        };
+                        mb.add_chunk(from, chunk, self.cfg.max_buffered_bytes)?;
+                    }
                 }
                 if r.remaining() != 0 {
-                    return Err(Error::protocol(from, "trailing bytes after the last record"));
+                    return Err(Error::protocol(
+                        from,
+                        "trailing bytes after the last record",
+                    ));
                 }
-                if matches!(self.phase, Phase::Running { .. }) && mb.wants_satisfied() {
-                    self.runnable = true;
+                if end {
+                    let p = &mut self.peers[idx];
+                    p.ended = h.epoch;
+                    p.active = [p.active[1], h.flags & wire::FLAG_ACTIVE != 0];
+                    if h.flags & wire::FLAG_FINISHED != 0 {
+                        p.finished = Some(h.epoch);
+                    }
                 }
                 Ok(())
             }
         }
     }
 
+    /// After this epoch is sealed and both peers ended it: start the next epoch, or fail if
+    /// no party sent anything in it (nobody can make progress any more).
+    fn try_advance(&mut self) -> Result<(), Error> {
+        if !self.sealed || self.lagging_peer().is_some() {
+            return Ok(());
+        }
+        let e = self.epoch;
+        let (n, p) = (
+            self.peers[self.me.next().index()],
+            self.peers[self.me.prev().index()],
+        );
+        if self.active || n.was_active(e) || p.was_active(e) {
+            self.stats.rounds += 1;
+        } else {
+            let from = self.mailbox.lock().first_wanted().unwrap_or(self.me.next());
+            return Err(Error::protocol(
+                from,
+                "deadlock: no party sent anything while this party waits",
+            ));
+        }
+        self.epoch += 1;
+        self.sealed = false;
+        self.active = false;
+        self.mailbox.lock().visible = e;
+        Ok(())
+    }
+
     /// Ends the session with `e`: drops queued frames and tells the peers (but `skip`).
     fn fail(&mut self, e: Error, skip: Option<PartyId>) {
         self.out.clear();
         for to in [self.me.next(), self.me.prev()] {
-            if Some(to) == skip {
+            if Some(to) == skip || self.peers[to.index()].finished.is_some() {
                 continue;
             }
             let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + 1);
-            let header = self.header(FrameKind::Abort, to, 0, 0);
+            let header = self.header(FrameKind::Abort, to, 0, 0, 0);
             wire::encode_header(&header, &mut bytes);
             bytes.push(abort_code(e.kind()));
-            self.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+            self.out.push_back(Transmit {
+                to,
+                frame: wire::frame_from_bytes(bytes),
+            });
         }
         self.phase = Phase::Ending(Err(e));
     }
@@ -424,7 +571,9 @@ impl<T: 'static> Session<T> {
                 Phase::Setup { start, next_seed } => match next_seed {
                     None => {
                         self.phase = Phase::Setup { start, next_seed };
-                        return Output::Pending { waiting_for: Some(self.me.next()) };
+                        return Output::Pending {
+                            waiting_for: Some(self.me.next()),
+                        };
                     }
                     Some(next) => {
                         let keys = PartyKeys::new(self.me, self.own_seed, next, self.private_key);
@@ -437,13 +586,15 @@ impl<T: 'static> Session<T> {
                         });
                         self.own_seed = [0; 32];
                         self.private_key = [0; 32];
-                        self.phase = Phase::Running { fut: start(Ctx::root(shared)) };
-                        self.runnable = true;
+                        self.phase = Phase::Running {
+                            fut: start(Ctx::root(shared)),
+                        };
+                        self.epoch = 1;
                     }
                 },
                 Phase::Running { mut fut } => {
-                    if !self.runnable {
-                        let waiting_for = self.mailbox.lock().first_missing();
+                    if self.sealed {
+                        let waiting_for = self.lagging_peer();
                         self.phase = Phase::Running { fut };
                         return Output::Pending { waiting_for };
                     }
@@ -455,28 +606,39 @@ impl<T: 'static> Session<T> {
                     let mut cx = Context::from_waker(Waker::noop());
                     match fut.as_mut().poll(&mut cx) {
                         Poll::Ready(Ok(v)) => {
-                            self.seal();
+                            drop(fut);
                             match self.leftover() {
-                                None => self.phase = Phase::Ending(Ok(v)),
+                                None => {
+                                    self.seal(true);
+                                    if self.active {
+                                        self.stats.rounds += 1;
+                                    }
+                                    self.phase = Phase::Ending(Ok(v));
+                                }
                                 Some(e) => self.fail(e, None),
                             }
                         }
                         Poll::Ready(Err(e)) => self.fail(e, None),
                         Poll::Pending => {
-                            let (yielded, satisfied, any_wanted) = {
+                            let (yielded, any_wanted) = {
                                 let mb = self.mailbox.lock();
-                                (mb.yield_requested, mb.wants_satisfied(), !mb.wanted.is_empty())
+                                (mb.yield_requested, !mb.wanted.is_empty())
                             };
                             self.phase = Phase::Running { fut };
                             if yielded {
                                 return Output::Yielded;
                             }
                             if !any_wanted {
-                                self.fail(Error::bug("protocol is pending without waiting for data"), None);
+                                self.fail(
+                                    Error::bug("protocol is pending without waiting for data"),
+                                    None,
+                                );
                                 continue;
                             }
-                            self.seal();
-                            self.runnable = satisfied;
+                            self.seal(false);
+                            if let Err(e) = self.try_advance() {
+                                self.fail(e, None);
+                            }
                         }
                     }
                 }
@@ -484,37 +646,62 @@ impl<T: 'static> Session<T> {
         }
     }
 
-    /// A record that arrived but was never received means the peers disagree on the protocol.
+    /// A visible record that was never received means the peers disagree on the protocol.
     fn leftover(&self) -> Option<Error> {
         let mb = self.mailbox.lock();
-        let key = mb.inbound.keys().next().or_else(|| mb.partial.keys().next())?;
+        let visible = mb.visible;
+        let key = mb
+            .inbound
+            .iter()
+            .find(|(_, r)| r.epoch <= visible)
+            .map(|(k, _)| *k)
+            .or_else(|| {
+                mb.partial
+                    .iter()
+                    .find(|(_, p)| p.epoch <= visible)
+                    .map(|(k, _)| *k)
+            })?;
         let from = PartyId::try_from_u8(key.0).unwrap_or(self.me.next());
-        Some(Error::protocol(from, "record that the protocol never received"))
+        Some(Error::protocol(
+            from,
+            "record that the protocol never received",
+        ))
     }
 
-    /// Seals every record queued in this epoch into frames, one or more per peer.
-    fn seal(&mut self) {
-        let (queues, payload, round) = {
+    /// Seals the records queued in this epoch into frames for both live peers; the last
+    /// frame to each peer carries END (and ACTIVE, and FINISHED when `finished`).
+    fn seal(&mut self, finished: bool) {
+        let (queues, payload) = {
             let mut mb = self.mailbox.lock();
-            if mb.outbound.iter().all(|q| q.is_empty()) {
-                return;
-            }
-            mb.clock += 1;
-            let queues = core::mem::take(&mut mb.outbound);
-            let payload = core::mem::take(&mut mb.payload_queued);
-            (queues, payload, mb.clock)
+            (
+                core::mem::take(&mut mb.outbound),
+                core::mem::take(&mut mb.payload_queued),
+            )
         };
+        self.active = queues.iter().any(|q| !q.is_empty());
+        let mut flags = wire::FLAG_END;
+        if self.active {
+            flags |= wire::FLAG_ACTIVE;
+        }
+        if finished {
+            flags |= wire::FLAG_FINISHED;
+        }
         for (idx, records) in queues.into_iter().enumerate() {
-            if records.is_empty() {
+            let to = PartyId::from_index(idx);
+            // A peer that finished in an earlier epoch no longer listens; whether one that
+            // finishes in this same epoch has said so yet depends on timing, so it still
+            // gets this epoch's END frame.
+            let gone = self.peers[idx].finished.is_some_and(|f| f < self.epoch);
+            if to == self.me || (records.is_empty() && gone) {
                 continue;
             }
-            let to = PartyId::from_index(idx);
             self.stats.payload_bytes_sent[idx] += payload[idx];
-            self.frame_records(to, records, round);
+            self.frame_records(to, records, flags);
         }
+        self.sealed = true;
     }
 
-    fn frame_records(&mut self, to: PartyId, records: Vec<OutRecord>, round: u32) {
+    fn frame_records(&mut self, to: PartyId, records: Vec<OutRecord>, end_flags: u16) {
         let cap = self.cfg.max_frame_len - FRAME_HEADER_LEN;
         let mut body: Vec<u8> = Vec::new();
         let mut chunks: u32 = 0;
@@ -523,11 +710,11 @@ impl<T: 'static> Session<T> {
             let mut off = 0usize;
             loop {
                 let space = cap - body.len();
-                // Start a new frame when not even a header and one byte fit (or, for an
-                // empty record, not even a header).
+                // Start a new frame when not even a chunk header and one byte fit (or,
+                // for an empty record, not even a header).
                 let need = CHUNK_HEADER_LEN + usize::from(total > off);
                 if space < need {
-                    self.flush_frame(to, &mut body, &mut chunks, round);
+                    self.flush_frame(to, &mut body, &mut chunks, 0);
                     continue;
                 }
                 let take = (total - off).min(space - CHUNK_HEADER_LEN);
@@ -543,13 +730,11 @@ impl<T: 'static> Session<T> {
                 }
             }
         }
-        if chunks > 0 {
-            self.flush_frame(to, &mut body, &mut chunks, round);
-        }
+        self.flush_frame(to, &mut body, &mut chunks, end_flags);
     }
 
-    fn flush_frame(&mut self, to: PartyId, body: &mut Vec<u8>, chunks: &mut u32, round: u32) {
-        let header = self.header(FrameKind::Data, to, round, *chunks);
+    fn flush_frame(&mut self, to: PartyId, body: &mut Vec<u8>, chunks: &mut u32, flags: u16) {
+        let header = self.header(FrameKind::Data, to, flags, self.epoch, *chunks);
         let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
         wire::encode_header(&header, &mut bytes);
         bytes.append(body);
@@ -557,7 +742,10 @@ impl<T: 'static> Session<T> {
         let idx = to.index();
         self.stats.frames_sent[idx] += 1;
         self.stats.bytes_sent[idx] += bytes.len() as u64;
-        self.out.push_back(Transmit { to, frame: wire::frame_from_bytes(bytes) });
+        self.out.push_back(Transmit {
+            to,
+            frame: wire::frame_from_bytes(bytes),
+        });
     }
 }
 

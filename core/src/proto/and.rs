@@ -27,6 +27,8 @@ pub async fn and(ctx: &mut Ctx, x: &BitShares, y: &BitShares) -> Result<BitShare
         .collect();
     let me = ctx.me();
     let width = x.width();
-    let z_next = ctx.exchange(me.prev(), &z, me.next(), z.len(), width).await?;
+    let z_next = ctx
+        .exchange(me.prev(), &z, me.next(), z.len(), width)
+        .await?;
     Ok(BitShares::from_parts(me, width, z, z_next))
 }

@@ -31,10 +31,17 @@ pub async fn matmul(
         _ => return Err(Error::misuse("matrix dimensions overflow")),
     };
     if x.len() != mk || y.len() != kn {
-        return Err(Error::misuse("matrix lengths do not match their dimensions"));
+        return Err(Error::misuse(
+            "matrix lengths do not match their dimensions",
+        ));
     }
     let mut ctx = ctx.fork();
-    let y_sum: Vec<u64> = y.a().iter().zip(y.b()).map(|(a, b)| a.wrapping_add(*b)).collect();
+    let y_sum: Vec<u64> = y
+        .a()
+        .iter()
+        .zip(y.b())
+        .map(|(a, b)| a.wrapping_add(*b))
+        .collect();
     let mut z = vec![0u64; mn];
     let kernel = ctx.kernel();
     kernel.matmul_acc(x.a(), &y_sum, &mut z, m, k, n);

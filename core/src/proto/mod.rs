@@ -1,4 +1,4 @@
-//! Protocols over a [`Ctx`](crate::Ctx): each is an `async fn` that forks its own context,
+//! Protocols over a [`Ctx`](crate::engine::Ctx): each is an `async fn` that forks its own context,
 //! so calling one twice never reuses tags or randomness.
 //!
 //! Costs are given per element as **Rounds** (critical path) and **Bytes** sent per party
@@ -36,6 +36,8 @@ pub(crate) async fn reshare(ctx: &mut Ctx, mut z: Vec<u64>) -> Result<Shares, Er
     }
     let me = ctx.me();
     let n = z.len();
-    let z_next = ctx.exchange(me.prev(), &z, me.next(), n, Width::W64).await?;
+    let z_next = ctx
+        .exchange(me.prev(), &z, me.next(), n, Width::W64)
+        .await?;
     Ok(Shares::from_parts(me, z, z_next))
 }

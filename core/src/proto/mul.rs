@@ -46,7 +46,10 @@ pub async fn square(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
         .a()
         .iter()
         .zip(x.b())
-        .map(|(a, b)| a.wrapping_mul(*a).wrapping_add(a.wrapping_mul(*b).wrapping_mul(2)))
+        .map(|(a, b)| {
+            a.wrapping_mul(*a)
+                .wrapping_add(a.wrapping_mul(*b).wrapping_mul(2))
+        })
         .collect();
     reshare(&mut ctx, z).await
 }

@@ -36,7 +36,9 @@ pub async fn reveal_to(ctx: &mut Ctx, x: &Shares, to: PartyId) -> Result<Option<
 pub async fn reveal_all(ctx: &mut Ctx, x: &Shares) -> Result<Vec<u64>, Error> {
     let mut ctx = ctx.fork();
     let me = ctx.me();
-    let missing = ctx.exchange(me.prev(), x.b(), me.next(), x.len(), Width::W64).await?;
+    let missing = ctx
+        .exchange(me.prev(), x.b(), me.next(), x.len(), Width::W64)
+        .await?;
     Ok(sum3(x, &missing))
 }
 

@@ -33,7 +33,9 @@ const OFFSET: u64 = 1 << 62;
 /// # Errors
 /// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
 pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
-    let width = Width::new(d).filter(|_| d <= 62).ok_or(Error::misuse("truncation bits must be in 1..=62"))?;
+    let width = Width::new(d)
+        .filter(|_| d <= 62)
+        .ok_or(Error::misuse("truncation bits must be in 1..=62"))?;
     let mut ctx = ctx.fork();
     let n = x.len();
     let bounds = [0, n / 3, 2 * n / 3, n];
@@ -64,7 +66,11 @@ enum BlockState {
     /// R1: already has its output (y_1, y_2).
     R1 { y1: Vec<u64>, y2: Vec<u64> },
     /// R2: waits for R1 and R0.
-    R2 { a: Vec<u64>, alpha: Vec<bool>, rho: Vec<u64> },
+    R2 {
+        a: Vec<u64>,
+        alpha: Vec<bool>,
+        rho: Vec<u64>,
+    },
 }
 
 fn msb(v: u64) -> bool {
@@ -82,7 +88,10 @@ fn send_block(
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
-    let xa = x.a().get(range.clone()).ok_or(Error::bug("block out of range"))?;
+    let xa = x
+        .a()
+        .get(range.clone())
+        .ok_or(Error::bug("block out of range"))?;
     let xb = x.b().get(range).ok_or(Error::bug("block out of range"))?;
     let mask = width.mask();
     // Correlated draws, in the same order at every party.
@@ -99,15 +108,22 @@ fn send_block(
         let mut to_r2 = alloc::vec![0u64; 2 * n];
         let mut y1 = Vec::with_capacity(n);
         for k in 0..n {
-            let b = xa.get(k).copied().unwrap_or(0).wrapping_add(xb.get(k).copied().unwrap_or(0));
+            let b = xa
+                .get(k)
+                .copied()
+                .unwrap_or(0)
+                .wrapping_add(xb.get(k).copied().unwrap_or(0));
             let beta = u64::from(msb(b));
             let uk = u.get(k).copied().unwrap_or(0) & mask;
             for j in 0..2u64 {
                 let g = uk.wrapping_sub(j | beta) & mask;
                 let idx = j as usize * n + k;
-                if let (Some(o0), Some(o2), Some(wj), Some(vj)) =
-                    (to_r0.get_mut(idx), to_r2.get_mut(idx), w.get(idx), v.get(idx))
-                {
+                if let (Some(o0), Some(o2), Some(wj), Some(vj)) = (
+                    to_r0.get_mut(idx),
+                    to_r2.get_mut(idx),
+                    w.get(idx),
+                    v.get(idx),
+                ) {
                     *o0 = g.wrapping_add(*wj) & mask;
                     *o2 = g.wrapping_add(*vj) & mask;
                 }
@@ -118,7 +134,10 @@ fn send_block(
         ctx.send(r0, &to_r0, width)?;
         ctx.send(r0, &y1, Width::W64)?;
         ctx.send(r2, &to_r2, width)?;
-        Ok(BlockState::R1 { y1, y2: rho.to_vec() })
+        Ok(BlockState::R1 {
+            y1,
+            y2: rho.to_vec(),
+        })
     } else if me == r0 {
         // R0 holds (c_0, c_1): a = c_0 + 2^62.
         let v = v.ok_or_else(err)?;
@@ -165,7 +184,11 @@ fn output0(a: &[u64], alpha: &[bool], offered: &[u64], helper: &[u64], width: Wi
         .collect()
 }
 
-async fn finish_block(ctx: &mut Ctx, st: BlockState, width: Width) -> Result<(Vec<u64>, Vec<u64>), Error> {
+async fn finish_block(
+    ctx: &mut Ctx,
+    st: BlockState,
+    width: Width,
+) -> Result<(Vec<u64>, Vec<u64>), Error> {
     let me = ctx.me();
     match st {
         BlockState::R1 { y1, y2 } => Ok((y1, y2)),
