@@ -1,4 +1,4 @@
-//! Protocols over a [`Ctx`](crate::engine::Ctx): each is an `async fn` that forks its own context,
+//! Protocols over a [`Ctx`]: each is an `async fn` that forks its own context,
 //! so calling one twice never reuses tags or randomness.
 //!
 //! Costs are given per element as **Rounds** (critical path) and **Bytes** sent per party
