@@ -336,6 +336,65 @@ impl BitShares {
         &self.b
     }
 
+    /// Applies a GF(2)-linear map (shifts, masks, bit gathers) to both components, giving
+    /// shares of the mapped values at a new width. `f` must be XOR-linear.
+    pub(crate) fn map_linear(
+        &self,
+        width: crate::ring::Width,
+        f: impl Fn(u64) -> u64,
+    ) -> BitShares {
+        BitShares::from_parts(
+            self.party,
+            width,
+            self.a.iter().map(|&v| f(v)).collect(),
+            self.b.iter().map(|&v| f(v)).collect(),
+        )
+    }
+
+    /// All parts one after another (same width).
+    ///
+    /// # Errors
+    /// `Misuse` if `parts` is empty or mixes parties or widths.
+    pub fn concat(parts: &[&BitShares]) -> Result<BitShares, Error> {
+        let first = parts.first().ok_or(Error::misuse("concat of no parts"))?;
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for p in parts {
+            if p.party != first.party || p.width != first.width {
+                return Err(Error::misuse("bit shares of different shapes"));
+            }
+            a.extend_from_slice(&p.a);
+            b.extend_from_slice(&p.b);
+        }
+        Ok(BitShares {
+            party: first.party,
+            width: first.width,
+            a,
+            b,
+        })
+    }
+
+    /// The values in `range`.
+    ///
+    /// # Errors
+    /// `Misuse` if the range is out of bounds.
+    pub fn slice(&self, range: Range<usize>) -> Result<BitShares, Error> {
+        let a = self
+            .a
+            .get(range.clone())
+            .ok_or(Error::misuse("slice out of bounds"))?;
+        let b = self
+            .b
+            .get(range)
+            .ok_or(Error::misuse("slice out of bounds"))?;
+        Ok(BitShares {
+            party: self.party,
+            width: self.width,
+            a: a.to_vec(),
+            b: b.to_vec(),
+        })
+    }
+
     /// A sharing of public `width`-bit values.
     pub fn from_public(party: PartyId, width: crate::ring::Width, values: &[u64]) -> BitShares {
         let zeros = alloc::vec![0u64; values.len()];

@@ -5,15 +5,20 @@
 //! (payload, excluding frame and record headers); tests pin them.
 
 mod and;
+mod b2a;
+mod blocks;
 mod input;
 mod matmul;
+mod msb;
 mod mul;
 mod reveal;
 mod trunc;
 
 pub use and::and;
+pub use b2a::{b2a, mul_bit, select};
 pub use input::share_input;
 pub use matmul::{matmul, matmul_fixed};
+pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use reveal::{reveal_all, reveal_to};
 pub use trunc::trunc;

@@ -6,6 +6,8 @@ use crate::party::PartyId;
 use crate::ring::Width;
 use crate::share::Shares;
 
+use super::blocks::role_blocks;
+
 /// 2^(k−2): shifts x ∈ [−2^62, 2^62) into [0, 2^63) so the wrap bit of a + b is known.
 const OFFSET: u64 = 1 << 62;
 
@@ -38,14 +40,11 @@ pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
         .ok_or(Error::misuse("truncation bits must be in 1..=62"))?;
     let mut ctx = ctx.fork();
     let n = x.len();
-    let bounds = [0, n / 3, 2 * n / 3, n];
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
     let mut states = Vec::with_capacity(3);
     // Stage 1: every message depends only on local data, so all go out in one round.
-    for (s, c) in ctxs.iter_mut().enumerate() {
-        let lo = bounds.get(s).copied().unwrap_or(0);
-        let hi = bounds.get(s + 1).copied().unwrap_or(0);
-        states.push(send_block(c, x, lo..hi, s, width)?);
+    for ((s, range), c) in role_blocks(n).into_iter().enumerate().zip(ctxs.iter_mut()) {
+        states.push(send_block(c, x, range, s, width)?);
     }
     // Stage 2: receive and finish.
     let me = ctx.me();

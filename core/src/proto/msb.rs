@@ -1,0 +1,339 @@
+//! Most significant bit and comparisons (PROTOCOLS.md §5, §6).
+
+use alloc::vec::Vec;
+
+use crate::engine::{Ctx, try_join};
+use crate::error::Error;
+use crate::party::PartyId;
+use crate::ring::Width;
+use crate::share::{BitShares, Shares};
+
+use super::blocks::role_blocks;
+
+/// Gathers the bits at even positions (0, 2, 4, …) into the low half of the word.
+fn even_bits(x: u64) -> u64 {
+    let mut x = x & 0x5555_5555_5555_5555;
+    x = (x | (x >> 1)) & 0x3333_3333_3333_3333;
+    x = (x | (x >> 2)) & 0x0f0f_0f0f_0f0f_0f0f;
+    x = (x | (x >> 4)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x >> 8)) & 0x0000_ffff_0000_ffff;
+    (x | (x >> 16)) & 0x0000_0000_ffff_ffff
+}
+
+/// Gathers the bits at odd positions.
+fn odd_bits(x: u64) -> u64 {
+    even_bits(x >> 1)
+}
+
+fn low_mask(bits: u32) -> u64 {
+    Width::new(bits).map_or(0, Width::mask)
+}
+
+/// Sign bit of each element of `x` read in the ring Z_2^k with k = `width` (the
+/// components are reduced mod 2^k first, a free ring homomorphism).
+///
+/// One-round first layer, then a carry tree (PROTOCOLS.md §5, "MSB with a one-round first
+/// layer"): `P1`'s role computes y = x_1 + x_2, so x = y + x_0 is a sum of two operands;
+/// `[y]^B` is input by that role and the generate bits y ∧ x_0 come from a bitwise
+/// three-party OT whose choice bits x_0 the other two roles know; a binary tree over the
+/// k−1 low positions combines (generate, propagate) pairs, and msb = p_{k−1} ⊕ carry.
+/// Roles rotate over three blocks of the input.
+///
+/// **Narrow rings**: the result is the sign of x only if |x| < 2^(k−1) in raw ring units
+/// (for fixed point with f fractional bits: |x| < 2^(k−1−f) in real terms). A violated
+/// bound silently gives a wrong bit: every caller documents its bound.
+///
+/// Rounds: 1 + ⌈log2(k−1)⌉ (k = 64: 7; k = 32: 6). Bits per element (summed over the
+/// parties, with L = ⌈log2(k−1)⌉): 14k − 19 − 3L (k = 64: 859; k = 32: 414); roles rotate,
+/// so each party sends about a third.
+///
+/// # Errors
+/// `Misuse` unless 2 ≤ k ≤ 64; `Protocol` if a message is malformed.
+pub async fn msb(ctx: &mut Ctx, x: &Shares, width: Width) -> Result<BitShares, Error> {
+    let k = width.bits();
+    if k < 2 {
+        return Err(Error::misuse("msb needs a ring of at least 2 bits"));
+    }
+    let mut ctx = ctx.fork();
+    let me = ctx.me();
+    let n = x.len();
+    let blocks = role_blocks(n);
+    let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
+    let mut states = Vec::with_capacity(3);
+    for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
+        states.push(first_layer_send(c, x, range, s, width)?);
+    }
+    let mut g_parts = Vec::with_capacity(3);
+    let mut p_parts = Vec::with_capacity(3);
+    for (c, st) in ctxs.iter_mut().zip(states) {
+        let (g, p) = first_layer_finish(c, st, width).await?;
+        g_parts.push(g);
+        p_parts.push(p);
+    }
+    let g = BitShares::concat(&g_parts.iter().collect::<Vec<_>>())?;
+    let p = BitShares::concat(&p_parts.iter().collect::<Vec<_>>())?;
+    // Carry into position k−1 from positions 0..k−2.
+    let carry = carry_tree(&mut ctx, g.map_linear(low_width(k - 1)?, |v| v), &p, k - 1).await?;
+    let top = p.map_linear(Width::BIT, |v| v >> (k - 1));
+    let out = top.xor(&carry)?;
+    debug_assert_eq!(out.party(), me);
+    Ok(out)
+}
+
+fn low_width(bits: u32) -> Result<Width, Error> {
+    Width::new(bits).ok_or(Error::bug("empty bit width"))
+}
+
+/// The carry out of positions 0..m−1 given generate `g` (m bits) and propagate `p` (its
+/// low m bits are used). ⌈log2 m⌉ rounds of ANDs.
+async fn carry_tree(
+    ctx: &mut Ctx,
+    mut g: BitShares,
+    p: &BitShares,
+    mut m: u32,
+) -> Result<BitShares, Error> {
+    let mut p = p.map_linear(low_width(m)?, |v| v);
+    while m > 1 {
+        let pairs = m / 2;
+        let odd = m % 2 == 1;
+        let wp = low_width(pairs)?;
+        let pmask = low_mask(pairs);
+        let g_lo = g.map_linear(wp, |v| even_bits(v) & pmask);
+        let g_hi = g.map_linear(wp, |v| odd_bits(v) & pmask);
+        let p_lo = p.map_linear(wp, |v| even_bits(v) & pmask);
+        let p_hi = p.map_linear(wp, |v| odd_bits(v) & pmask);
+        let (mut c1, mut c2) = (ctx.fork(), ctx.fork());
+        // The lowest pair needs no propagate bit: nothing carries into position 0.
+        let (pg, pp) = if pairs >= 2 {
+            let wq = low_width(pairs - 1)?;
+            let p_hi_up = p_hi.map_linear(wq, |v| v >> 1);
+            let p_lo_up = p_lo.map_linear(wq, |v| v >> 1);
+            let (pg, pp) = try_join(
+                super::and(&mut c1, &p_hi, &g_lo),
+                super::and(&mut c2, &p_hi_up, &p_lo_up),
+            )
+            .await?;
+            (pg, Some(pp))
+        } else {
+            (super::and(&mut c1, &p_hi, &g_lo).await?, None)
+        };
+        let m_next = pairs + u32::from(odd);
+        let wn = low_width(m_next)?;
+        let mut g_next = g_hi.xor(&pg)?.map_linear(wn, |v| v);
+        let mut p_next = match pp {
+            Some(pp) => pp.map_linear(wn, |v| v << 1),
+            None => p_hi.map_linear(wn, |_| 0),
+        };
+        if odd {
+            let top = m - 1;
+            g_next = g_next.xor(&g.map_linear(wn, |v| ((v >> top) & 1) << pairs))?;
+            p_next = p_next.xor(&p.map_linear(wn, |v| ((v >> top) & 1) << pairs))?;
+        }
+        g = g_next;
+        p = p_next;
+        m = m_next;
+    }
+    Ok(g.map_linear(Width::BIT, |v| v & 1))
+}
+
+/// State of one role block between the two halves of the first layer.
+enum FirstLayer {
+    /// R0 knows x_0 and waits for R1's input and OT strings and R2's helper.
+    R0 { x0: Vec<u64> },
+    /// R1 already holds its components of [y]^B and [G]^B.
+    R1 {
+        y1: Vec<u64>,
+        y2: Vec<u64>,
+        g1: Vec<u64>,
+        g2: Vec<u64>,
+    },
+    /// R2 knows x_0 and its PRF components; it waits for R1's OT strings and R0's helper.
+    R2 {
+        x0: Vec<u64>,
+        y2: Vec<u64>,
+        g2: Vec<u64>,
+    },
+}
+
+fn first_layer_send(
+    ctx: &mut Ctx,
+    x: &Shares,
+    range: core::ops::Range<usize>,
+    s: usize,
+    width: Width,
+) -> Result<FirstLayer, Error> {
+    let me = ctx.me();
+    let r0 = PartyId::from_index(s);
+    let (r1, r2) = (r0.next(), r0.prev());
+    let n = range.len();
+    let k = width.bits();
+    let wt = low_width(k - 1)?; // OT strings cover positions 0..k−2
+    let (km, tm) = (width.mask(), wt.mask());
+    let xa = x
+        .a()
+        .get(range.clone())
+        .ok_or(Error::bug("block out of range"))?;
+    let xb = x.b().get(range).ok_or(Error::bug("block out of range"))?;
+    // Correlated draws, in the same order at every party.
+    let f2 = ctx.pair_random(r2, 4 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w_0, w_1, [G]^B comp 2
+    let f1 = ctx.pair_random(r1, 2 * n)?; // K_{R1}: R0 and R1 — v_0, v_1
+    let err = || Error::bug("comparison role lacks a key");
+    if me == r1 {
+        let f2 = f2.ok_or_else(err)?;
+        let f1 = f1.ok_or_else(err)?;
+        let rho = ctx.private_random(n);
+        let (y2, rest) = f2.split_at(n);
+        let (w, g2) = rest.split_at(2 * n);
+        let (v0, v1) = f1.split_at(n);
+        let (w0, w1) = w.split_at(n);
+        let y: Vec<u64> = xa
+            .iter()
+            .zip(xb)
+            .map(|(a, b)| a.wrapping_add(*b) & km)
+            .collect();
+        let y1: Vec<u64> = y.iter().zip(y2).map(|(y, f)| (y ^ f) & km).collect();
+        let mut to_r0 = Vec::with_capacity(2 * n);
+        let mut to_r2 = Vec::with_capacity(2 * n);
+        // m_0 = ρ (choice 0: x_0 bit is 0), m_1 = y ⊕ ρ, bitwise.
+        for (j, wj, vj) in [(0u64, w0, v0), (1, w1, v1)] {
+            for (((y, r), wv), vv) in y.iter().zip(&rho).zip(wj).zip(vj) {
+                let m = ((y & j.wrapping_neg()) ^ r) & tm;
+                to_r0.push((m ^ wv) & tm);
+                to_r2.push((m ^ vv) & tm);
+            }
+        }
+        let g1: Vec<u64> = rho.iter().zip(g2).map(|(r, f)| (r ^ f) & tm).collect();
+        ctx.send(r0, &y1, width)?;
+        ctx.send(r0, &to_r0, wt)?;
+        ctx.send(r0, &g1, wt)?;
+        ctx.send(r2, &to_r2, wt)?;
+        Ok(FirstLayer::R1 {
+            y1,
+            y2: y2.to_vec(),
+            g1,
+            g2: g2.to_vec(),
+        })
+    } else if me == r0 {
+        // R0 holds (c_0, c_1): x_0 = c_0.
+        let f1 = f1.ok_or_else(err)?;
+        let (v0, v1) = f1.split_at(n);
+        let x0: Vec<u64> = xa.iter().map(|v| v & km).collect();
+        let helper: Vec<u64> = x0
+            .iter()
+            .zip(v0)
+            .zip(v1)
+            .map(|((c, a), b)| select_bits(*c, *a, *b) & tm)
+            .collect();
+        ctx.send(r2, &helper, wt)?;
+        Ok(FirstLayer::R0 { x0 })
+    } else {
+        // R2 holds (c_2, c_0): x_0 = c_0.
+        let f2 = f2.ok_or_else(err)?;
+        let (y2, rest) = f2.split_at(n);
+        let (w, g2) = rest.split_at(2 * n);
+        let (w0, w1) = w.split_at(n);
+        let x0: Vec<u64> = xb.iter().map(|v| v & km).collect();
+        let helper: Vec<u64> = x0
+            .iter()
+            .zip(w0)
+            .zip(w1)
+            .map(|((c, a), b)| select_bits(*c, *a, *b) & tm)
+            .collect();
+        ctx.send(r0, &helper, wt)?;
+        Ok(FirstLayer::R2 {
+            x0,
+            y2: y2.to_vec(),
+            g2: g2.to_vec(),
+        })
+    }
+}
+
+/// Bitwise choice: bit i of the result is bit i of `one` where `c` has a 1, else of `zero`.
+fn select_bits(c: u64, zero: u64, one: u64) -> u64 {
+    (c & one) | (!c & zero)
+}
+
+/// Finishes one block: returns this party's shares of (generate bits G, propagate bits P).
+async fn first_layer_finish(
+    ctx: &mut Ctx,
+    st: FirstLayer,
+    width: Width,
+) -> Result<(BitShares, BitShares), Error> {
+    let me = ctx.me();
+    let k = width.bits();
+    let wt = low_width(k - 1)?;
+    let tm = wt.mask();
+    match st {
+        FirstLayer::R1 { y1, y2, g1, g2 } => {
+            // [x_0]^B has x_0 in component 0 only, which R1 does not hold: P = [y]^B.
+            let g = BitShares::from_parts(me, width, g1, g2);
+            let p = BitShares::from_parts(me, width, y1, y2);
+            Ok((g, p))
+        }
+        FirstLayer::R0 { x0 } => {
+            let n = x0.len();
+            let (r1, r2) = (me.next(), me.prev());
+            let y1 = ctx.recv(r1, n, width).await?;
+            let offered = ctx.recv(r1, 2 * n, wt).await?;
+            let g1 = ctx.recv(r1, n, wt).await?;
+            let helper = ctx.recv(r2, n, wt).await?;
+            let (o0, o1) = offered.split_at(n);
+            let g0: Vec<u64> = x0
+                .iter()
+                .zip(o0)
+                .zip(o1)
+                .zip(&helper)
+                .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & tm)
+                .collect();
+            let g = BitShares::from_parts(me, width, g0, g1);
+            // P = [y]^B ⊕ [x_0]^B: R0 holds (0 ⊕ x_0, y ⊕ F).
+            let p = BitShares::from_parts(me, width, x0, y1);
+            Ok((g, p))
+        }
+        FirstLayer::R2 { x0, y2, g2 } => {
+            let n = x0.len();
+            let (r0, r1) = (me.next(), me.prev());
+            let offered = ctx.recv(r1, 2 * n, wt).await?;
+            let helper = ctx.recv(r0, n, wt).await?;
+            let (o0, o1) = offered.split_at(n);
+            let g0: Vec<u64> = x0
+                .iter()
+                .zip(o0)
+                .zip(o1)
+                .zip(&helper)
+                .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & tm)
+                .collect();
+            let g = BitShares::from_parts(me, width, g2, g0);
+            // R2 holds (component 2, component 0) = (F, x_0).
+            let p = BitShares::from_parts(me, width, y2, x0);
+            Ok((g, p))
+        }
+    }
+}
+
+/// `[x < y]` for shared x, y, compared in Z_2^k with k = `width`: the sign of x − y.
+/// Requires |x − y| < 2^(k−1) raw (see [`msb`]).
+///
+/// Rounds and bits: those of [`msb`].
+///
+/// # Errors
+/// As [`msb`], and `Misuse` for different lengths.
+pub async fn lt(ctx: &mut Ctx, x: &Shares, y: &Shares, width: Width) -> Result<BitShares, Error> {
+    msb(ctx, &x.sub(y)?, width).await
+}
+
+/// `[x < c]` for public constants `c`, one per element. Requires |x − c| < 2^(k−1) raw.
+///
+/// Rounds and bits: those of [`msb`].
+///
+/// # Errors
+/// As [`msb`], and `Misuse` for a wrong length of `c`.
+pub async fn lt_public(
+    ctx: &mut Ctx,
+    x: &Shares,
+    c: &[u64],
+    width: Width,
+) -> Result<BitShares, Error> {
+    let neg: Vec<u64> = c.iter().map(|v| v.wrapping_neg()).collect();
+    msb(ctx, &x.add_public(&neg)?, width).await
+}

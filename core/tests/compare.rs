@@ -1,0 +1,208 @@
+//! Comparisons and conversions against plaintext: MSB, LT, B2A, bit injection, select.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use puma_core::sim::{Sim, reconstruct, reconstruct_bits};
+use puma_core::{FixedPoint, PartyId, Shares, Width, proto};
+
+/// Shares `vals` from P0 and runs `f` on them; returns the opened bits.
+fn run_bits<F, Fut>(
+    seed: u64,
+    vals: Vec<u64>,
+    f: F,
+) -> (Vec<u64>, puma_core::sim::Outcome<puma_core::BitShares>)
+where
+    F: Fn(puma_core::Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<puma_core::BitShares, puma_core::Error>>
+        + Send
+        + 'static,
+{
+    let n = vals.len();
+    let out = Sim::new(seed).run(move |me| {
+        let (f, v) = (f.clone(), vals.clone());
+        move |mut ctx| async move {
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&v[..]),
+                n,
+            )
+            .await?;
+            // Re-randomise all components, as after any product.
+            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
+            f(ctx, x).await
+        }
+    });
+    let bits = reconstruct_bits(&[
+        out.results[0].clone().unwrap(),
+        out.results[1].clone().unwrap(),
+        out.results[2].clone().unwrap(),
+    ])
+    .unwrap();
+    (bits, out)
+}
+
+fn pseudo(i: u64, salt: u64) -> u64 {
+    let mut z = i.wrapping_add(salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn msb_is_exact_on_random_ring_values_and_edges() {
+    let n = 100_000u64;
+    let mut vals: Vec<u64> = (0..n).map(|i| pseudo(i, 1)).collect();
+    vals.extend_from_slice(&[0, 1, u64::MAX, 1 << 63, (1 << 63) - 1, (1 << 63) + 1]);
+    let (bits, _) = run_bits(1, vals.clone(), |mut ctx, x| async move {
+        proto::msb(&mut ctx, &x, Width::W64).await
+    });
+    for (v, b) in vals.iter().zip(&bits) {
+        assert_eq!(*b, v >> 63, "msb({v:#x})");
+    }
+}
+
+#[test]
+fn lt_is_exact_on_62_bit_values_and_fixed_point() {
+    let n = 100_000u64;
+    // Random signed 62-bit values: differences stay below 2^63.
+    let xs: Vec<u64> = (0..n)
+        .map(|i| ((pseudo(i, 2) as i64) >> 2) as u64)
+        .collect();
+    let ys: Vec<u64> = (0..n)
+        .map(|i| ((pseudo(i, 3) as i64) >> 2) as u64)
+        .collect();
+    let (x2, y2) = (xs.clone(), ys.clone());
+    let cat: Vec<u64> = xs.iter().chain(&ys).copied().collect();
+    let (bits, out) = run_bits(2, cat, move |mut ctx, v| async move {
+        let (x, y) = v.split_at(n as usize)?;
+        proto::lt(&mut ctx, &x, &y, Width::W64).await
+    });
+    assert_eq!(out.rounds(), 2 + 7);
+    for k in 0..n as usize {
+        assert_eq!(bits[k] == 1, (x2[k] as i64) < (y2[k] as i64));
+    }
+    // Fixed point, |x| ≤ 2^20 real: raw differences < 2^39, so a 41-bit ring suffices.
+    let fx = FixedPoint::default();
+    let xs: Vec<u64> = (0..n)
+        .map(|i| {
+            fx.encode(
+                ((pseudo(i, 4) % (1 << 41)) as f64 / (1u64 << 20) as f64) - 1.0 * (1 << 20) as f64,
+            )
+            .unwrap()
+        })
+        .collect();
+    let cs: Vec<u64> = (0..n)
+        .map(|i| {
+            if i % 5 == 0 {
+                xs[i as usize]
+            } else {
+                fx.encode(((pseudo(i, 5) % 2_000_000) as f64) - 1e6)
+                    .unwrap()
+            }
+        })
+        .collect();
+    let (x2, c2) = (xs.clone(), cs.clone());
+    let (bits, out) = run_bits(3, xs, move |mut ctx, x| {
+        let c = c2.clone();
+        async move { proto::lt_public(&mut ctx, &x, &c, Width::new(41).unwrap()).await }
+    });
+    assert_eq!(out.rounds(), 2 + 7);
+    for k in 0..n as usize {
+        assert_eq!(
+            bits[k] == 1,
+            (x2[k] as i64) < (cs[k] as i64),
+            "{} < {}",
+            x2[k] as i64,
+            cs[k] as i64
+        );
+    }
+}
+
+#[test]
+fn narrow_msb_at_the_edges_of_its_range() {
+    for k in [2u32, 16, 18, 32, 33, 40, 63, 64] {
+        let w = Width::new(k).unwrap();
+        let half = 1i64.checked_shl(k - 1).unwrap_or(i64::MIN);
+        let mut vals: Vec<i64> = vec![0, 1, -1];
+        if k > 2 {
+            vals.extend_from_slice(&[2, -2]);
+        }
+        if k < 64 {
+            vals.extend_from_slice(&[half - 1, -half, half - 2, -half + 1]);
+        }
+        let raw: Vec<u64> = vals.iter().map(|&v| v as u64).collect();
+        let (bits, out) = run_bits(k as u64, raw, move |mut ctx, x| async move {
+            proto::msb(&mut ctx, &x, w).await
+        });
+        let l = 32 - (k - 1).leading_zeros() - u32::from((k - 1).is_power_of_two());
+        assert_eq!(out.rounds(), 2 + 1 + l, "k = {k}");
+        for (v, b) in vals.iter().zip(&bits) {
+            assert_eq!(*b == 1, *v < 0, "k = {k}, v = {v}");
+        }
+    }
+}
+
+#[test]
+fn msb_costs_match_the_formula() {
+    for (k, rounds) in [(64u32, 7u32), (40, 7), (32, 6), (16, 5)] {
+        let w = Width::new(k).unwrap();
+        let n = 24usize;
+        let out = Sim::new(7).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(n);
+                proto::msb(&mut ctx, &x, w).await
+            }
+        });
+        assert_eq!(out.rounds(), rounds, "k = {k}");
+        let l = 32 - (k - 2).leading_zeros();
+        let (k, l) = (k as u64, l as u64);
+        let per_party_bits = (8 * k - 7) * n as u64 / 3 + (2 * k - 4 - l) * n as u64;
+        assert_eq!(out.payload_bytes(), [per_party_bits / 8; 3], "k = {k}");
+        assert_eq!(3 * per_party_bits, (14 * k - 19 - 3 * l) * n as u64);
+    }
+}
+
+#[test]
+fn b2a_mul_bit_and_select_are_exact() {
+    let n = 100_000usize;
+    let out = Sim::new(9).run(move |_| {
+        move |mut ctx| async move {
+            let r = ctx.random_shares(n);
+            let bits = proto::msb(&mut ctx, &r, Width::W64).await?;
+            let x = ctx.random_shares(n);
+            let y = ctx.random_shares(n);
+            let a = proto::b2a(&mut ctx, &bits).await?;
+            let s = proto::select(&mut ctx, &bits, &x, &y).await?;
+            Ok((r, a, x, y, s))
+        }
+    });
+    let [p0, p1, p2] = out.into_results().unwrap();
+    let r = reconstruct(&[p0.0, p1.0, p2.0]).unwrap();
+    let a = reconstruct(&[p0.1, p1.1, p2.1]).unwrap();
+    let x = reconstruct(&[p0.2, p1.2, p2.2]).unwrap();
+    let y = reconstruct(&[p0.3, p1.3, p2.3]).unwrap();
+    let s = reconstruct(&[p0.4, p1.4, p2.4]).unwrap();
+    for k in 0..n {
+        let b = r[k] >> 63;
+        assert_eq!(a[k], b);
+        assert_eq!(s[k], if b == 1 { x[k] } else { y[k] });
+    }
+}
+
+#[test]
+fn b2a_costs_one_round_and_384_bits() {
+    let n = 30usize;
+    let out = Sim::new(10).run(move |me| {
+        move |mut ctx| async move {
+            let b = puma_core::BitShares::from_public(me, Width::BIT, &vec![1; n]);
+            proto::b2a(&mut ctx, &b).await
+        }
+    });
+    assert_eq!(out.rounds(), 1);
+    // Each party plays each role on n/3 elements: (256 + 64 + 64) · n/3 bits.
+    assert_eq!(out.payload_bytes(), [(384 * n / 3 / 8) as u64; 3]);
+    assert_eq!(
+        reconstruct(&out.into_results().unwrap()).unwrap(),
+        vec![1; n]
+    );
+}
