@@ -7,11 +7,17 @@
 mod and;
 mod b2a;
 mod blocks;
+mod eq;
+mod gelu;
 mod input;
+mod layernorm;
 mod matmul;
+mod maxpool;
 mod msb;
 mod mul;
+mod recip;
 mod reveal;
+mod softmax;
 mod trunc;
 
 pub use and::and;
