@@ -22,6 +22,7 @@ mod trunc;
 
 pub use and::and;
 pub use b2a::{b2a, mul_bit, select};
+pub use eq::{embed, eq, eq_public, one_hot};
 pub use input::share_input;
 pub use matmul::{matmul, matmul_fixed};
 pub use msb::{lt, lt_public, msb};
