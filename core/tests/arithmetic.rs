@@ -317,3 +317,37 @@ fn misuse_is_a_typed_error() {
         "{p2:?}"
     );
 }
+
+#[test]
+fn batched_matmul_is_exact_and_costs_one_round() {
+    let (batch, m, k, n) = (4usize, 3usize, 5usize, 2usize);
+    let (x, y, z) = run_binary(
+        12,
+        batch * m * k,
+        batch * k * n,
+        move |mut ctx, x, y| async move {
+            proto::matmul_batch(&mut ctx, &x, &y, batch, (m, k, n)).await
+        },
+    );
+    for b in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let want = (0..k).fold(0u64, |acc, t| {
+                    acc.wrapping_add(
+                        x[b * m * k + i * k + t].wrapping_mul(y[b * k * n + t * n + j]),
+                    )
+                });
+                assert_eq!(z[b * m * n + i * n + j], want);
+            }
+        }
+    }
+    let out = Sim::new(13).run(move |_| {
+        move |mut ctx| async move {
+            let x = ctx.random_shares(batch * m * k);
+            let y = ctx.random_shares(batch * k * n);
+            proto::matmul_batch(&mut ctx, &x, &y, batch, (m, k, n)).await
+        }
+    });
+    assert_eq!(out.rounds(), 1);
+    assert_eq!(out.payload_bytes(), [8 * (batch * m * n) as u64; 3]);
+}
