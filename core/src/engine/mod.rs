@@ -145,7 +145,12 @@ pub enum Output<T> {
     Done(Result<T, Error>),
 }
 
-/// Communication counters of one party; deterministic for a given protocol and input size.
+/// Communication counters of one party.
+///
+/// Everything a party sends (and `rounds`) is a deterministic function of the protocol and
+/// its input sizes. The received counters are not quite: a party that finishes before a
+/// peer's last (empty) END frame arrives stops counting, so they may miss one header-only
+/// frame per link.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Epochs in which some party sent data, as seen by this party (see the module docs);
