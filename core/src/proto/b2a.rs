@@ -12,7 +12,7 @@ use crate::share::{BitShares, Shares};
 use super::blocks::role_blocks;
 use super::mul;
 
-/// Arithmetic shares of single bits: b = b_0 ⊕ b_1 ⊕ b_2 ↦ [b] over Z_2^64.
+/// Arithmetic shares of single bits: b = b_0 ⊕ b_1 ⊕ b_2 ↦ `[b]` over Z_2^64.
 ///
 /// Three-party OT (PROTOCOLS.md §7): the role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2
 /// know β = b_2, and b = t ⊕ β. R0 offers m_j = (t ⊕ j) − ρ with ρ = F_0 + F_1, masked for
