@@ -56,6 +56,15 @@ const fn label_hash(label: &str) -> u64 {
     h
 }
 
+/// A reading of [`Ctx::meter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meter {
+    /// Payload bytes this party has queued for its peers since the session started.
+    pub payload_bytes_sent: u64,
+    /// The lockstep epoch this party is in (1 for the first).
+    pub epoch: u32,
+}
+
 /// A protocol's handle on its session.
 ///
 /// Every context has a path, derived deterministically from its parent by [`Ctx::fork`] or
@@ -122,6 +131,16 @@ impl Ctx {
         &*self.shared.kernel
     }
 
+    /// This party's progress so far: payload bytes it sent and the epoch it is in. Layers
+    /// take differences of two readings to attribute communication to a layer kind.
+    pub fn meter(&self) -> Meter {
+        let mb = self.shared.mailbox.lock();
+        Meter {
+            payload_bytes_sent: mb.payload_total,
+            epoch: mb.visible + 1,
+        }
+    }
+
     /// A fresh child context: the n-th fork of a context has the same path at every party.
     /// Give each concurrently running sub-protocol its own fork.
     pub fn fork(&mut self) -> Ctx {
@@ -157,6 +176,7 @@ impl Ctx {
         if let Some(q) = mb.payload_queued.get_mut(idx) {
             *q += bytes.len() as u64;
         }
+        mb.payload_total += bytes.len() as u64;
         if let Some(out) = mb.outbound.get_mut(idx) {
             out.push(OutRecord { tag, bytes });
         }

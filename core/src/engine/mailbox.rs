@@ -54,6 +54,8 @@ pub(crate) struct Mailbox {
     pub(crate) buffered: usize,
     /// Payload bytes queued per peer (for stats).
     pub(crate) payload_queued: [u64; 3],
+    /// Payload bytes ever queued, to both peers.
+    pub(crate) payload_total: u64,
 }
 
 impl Mailbox {

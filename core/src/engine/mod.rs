@@ -46,7 +46,7 @@ use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 use spin::Mutex;
 
-pub use ctx::Ctx;
+pub use ctx::{Ctx, Meter};
 pub use join::{join, join_all, try_join, try_join_all};
 
 use crate::error::{Error, ErrorKind};
