@@ -276,6 +276,23 @@ impl Shares {
         ))
     }
 
+    /// Sums of consecutive chunks of `chunk` elements (row sums of a row-major matrix with
+    /// `chunk` columns). Local and exact.
+    ///
+    /// # Errors
+    /// `Misuse` if `chunk` is 0 or does not divide the length.
+    pub fn sum_chunks(&self, chunk: usize) -> Result<Shares, Error> {
+        if chunk == 0 || self.len() % chunk != 0 {
+            return Err(Error::misuse("chunk length must divide the vector length"));
+        }
+        let sum = |v: &[u64]| -> Vec<u64> {
+            v.chunks_exact(chunk)
+                .map(|c| c.iter().fold(0u64, |a, b| a.wrapping_add(*b)))
+                .collect()
+        };
+        Ok(Shares::from_parts(self.party, sum(&self.a), sum(&self.b)))
+    }
+
     fn map(&self, f: impl Fn(u64) -> u64) -> Shares {
         Shares::from_parts(
             self.party,
