@@ -6,6 +6,9 @@
 //! shapes here. [`plain`] converts between `ndarray` arrays of reals and the fixed-point
 //! ring elements that parties input and reveal.
 //!
+//! Models: [`config`] and [`checkpoint`] read Hugging Face GPT-2 checkpoints
+//! (`config.json` + `model.safetensors`), and [`tokenizer`] is GPT-2's byte-level BPE.
+//!
 //! ## Example: a secret matrix product among three simulated parties
 //! ```
 //! use ndarray::array;
@@ -29,9 +32,15 @@
 //! assert!((y[[0, 0]] - (-1.5)).abs() < 1e-5 && (y[[1, 0]] - (-2.5)).abs() < 1e-5);
 //! ```
 
+pub mod checkpoint;
+pub mod config;
 mod error;
 pub mod plain;
 mod tensor;
+pub mod tokenizer;
 
+pub use checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
+pub use config::{Activation, ConfigError, Gpt2Config};
 pub use error::LayerError;
 pub use tensor::{SecretTensor, matmul, matmul_fixed};
+pub use tokenizer::{Gpt2Tokenizer, TokenizerError};
