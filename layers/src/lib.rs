@@ -7,7 +7,9 @@
 //! ring elements that parties input and reveal.
 //!
 //! Models: [`config`] and [`checkpoint`] read Hugging Face GPT-2 checkpoints
-//! (`config.json` + `model.safetensors`), and [`tokenizer`] is GPT-2's byte-level BPE.
+//! (`config.json` + `model.safetensors`), [`tokenizer`] is GPT-2's byte-level BPE, and
+//! [`gpt2::plain`] is the `f64` GPT-2 forward pass (with KV-cached greedy generation) that
+//! every secure result is compared against.
 //!
 //! ## Example: a secret matrix product among three simulated parties
 //! ```
@@ -35,6 +37,7 @@
 pub mod checkpoint;
 pub mod config;
 mod error;
+pub mod gpt2;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;

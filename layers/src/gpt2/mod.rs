@@ -1,0 +1,3 @@
+//! GPT-2: the plaintext `f64` reference model.
+
+pub mod plain;
