@@ -25,6 +25,9 @@ pub use b2a::{b2a, mul_bit, select};
 pub use eq::{embed, eq, eq_public, one_hot};
 pub use input::share_input;
 pub use matmul::{matmul, matmul_batch, matmul_fixed};
+pub use maxpool::{
+    DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
+};
 pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use reveal::{reveal_all, reveal_to};

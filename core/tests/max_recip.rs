@@ -1,0 +1,251 @@
+//! Max, argmax and the reciprocal against plaintext: exactness of max/argmax (ties: the
+//! first maximum wins), relative error of the reciprocal, pinned rounds and bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use puma_core::proto::{self, MaxMethod};
+use puma_core::sim::{Outcome, Sim, reconstruct};
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Width};
+
+/// Shares `vals` from P0, re-randomises every component (a product with public 1, as after
+/// any multiplication), runs `g` and opens each of its outputs.
+fn run_on<G, Fut>(seed: u64, vals: Vec<u64>, g: G) -> (Vec<Vec<u64>>, Outcome<Vec<Shares>>)
+where
+    G: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<Shares>, Error>> + Send + 'static,
+{
+    let n = vals.len();
+    let out = Sim::new(seed).run(move |me| {
+        let (g, v) = (g.clone(), vals.clone());
+        move |mut ctx| async move {
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&v[..]),
+                n,
+            )
+            .await?;
+            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
+            g(ctx, x).await
+        }
+    });
+    let res: Vec<Vec<Shares>> = out
+        .results
+        .iter()
+        .map(|r| r.as_ref().unwrap().clone())
+        .collect();
+    let opened = (0..res[0].len())
+        .map(|k| reconstruct(&[res[0][k].clone(), res[1][k].clone(), res[2][k].clone()]).unwrap())
+        .collect();
+    (opened, out)
+}
+
+/// Runs `g` on `n` random shares (no input round): the costs of `g` alone.
+fn costs<G, Fut>(n: usize, g: G) -> Outcome<Vec<Shares>>
+where
+    G: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<Shares>, Error>> + Send + 'static,
+{
+    Sim::new(5).run(move |_| {
+        let g = g.clone();
+        move |mut ctx| async move {
+            let x = ctx.random_shares(n);
+            g(ctx, x).await
+        }
+    })
+}
+
+fn pseudo(i: u64, salt: u64) -> u64 {
+    let mut z = i.wrapping_add(salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Plaintext max and first argmax of each row (values read as signed).
+fn reference(vals: &[u64], rows: usize, cols: usize) -> (Vec<u64>, Vec<usize>) {
+    let mut maxima = Vec::with_capacity(rows);
+    let mut arg = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let row = &vals[r * cols..(r + 1) * cols];
+        let mut best = 0;
+        for (i, v) in row.iter().enumerate() {
+            if (*v as i64) > (row[best] as i64) {
+                best = i;
+            }
+        }
+        maxima.push(row[best]);
+        arg.push(best);
+    }
+    (maxima, arg)
+}
+
+fn check_argmax(vals: &[u64], rows: usize, cols: usize, max: &[u64], onehot: &[u64]) {
+    let (m, a) = reference(vals, rows, cols);
+    assert_eq!(max, &m[..], "maxima ({rows}×{cols})");
+    for r in 0..rows {
+        for c in 0..cols {
+            assert_eq!(
+                onehot[r * cols + c],
+                u64::from(c == a[r]),
+                "one-hot at row {r} col {c} ({rows}×{cols})"
+            );
+        }
+    }
+}
+
+/// Rows with many ties: values drawn from a small set, so equal maxima are common.
+fn tied_values(n: usize, salt: u64, scale: u64) -> Vec<u64> {
+    (0..n as u64)
+        .map(|i| (((pseudo(i, salt) % 7) as i64 - 3) as u64).wrapping_mul(scale))
+        .collect()
+}
+
+#[test]
+fn max_and_argmax_are_exact_on_62_bit_values_with_ties() {
+    // Random signed 62-bit values: differences stay below 2^63 (width 64). Every method,
+    // row lengths around the all-pairs/tournament boundaries.
+    let cases: &[(usize, usize, MaxMethod)] = &[
+        (600, 1, MaxMethod::default()),
+        (500, 2, MaxMethod::default()),
+        (400, 3, MaxMethod::default()),
+        (300, 32, MaxMethod::default()),
+        (100, 33, MaxMethod::default()),
+        (40, 100, MaxMethod::default()),
+        (200, 7, MaxMethod::Tournament),
+        (60, 65, MaxMethod::Tournament),
+        (100, 12, MaxMethod::AllPairs),
+        (50, 40, MaxMethod::Hybrid { all_pairs_max: 5 }),
+    ];
+    for (t, &(rows, cols, method)) in cases.iter().enumerate() {
+        let n = rows * cols;
+        let mut vals: Vec<u64> = (0..n as u64)
+            .map(|i| ((pseudo(i, 10 + t as u64) as i64) >> 2) as u64)
+            .collect();
+        // Every other row: ties among a few values (including negative maxima).
+        for r in (0..rows).step_by(2) {
+            let tie = tied_values(cols, 100 + r as u64, 1 << 40);
+            vals[r * cols..(r + 1) * cols].copy_from_slice(&tie);
+        }
+        let (opened, _) = run_on(t as u64, vals.clone(), move |mut ctx, x| async move {
+            let (m, o) =
+                proto::argmax_rows_with(&mut ctx, &x, rows, cols, Width::W64, method).await?;
+            let m2 = proto::max_rows_with(&mut ctx, &x, rows, cols, Width::W64, method).await?;
+            Ok(vec![m, o, m2])
+        });
+        check_argmax(&vals, rows, cols, &opened[0], &opened[1]);
+        assert_eq!(opened[0], opened[2]);
+    }
+}
+
+#[test]
+fn max_is_exact_on_fixed_point_in_a_41_bit_ring() {
+    // |x| ≤ 2^20 real: raw |x| ≤ 2^38, differences < 2^39 < 2^40: a 41-bit ring suffices.
+    let fx = FixedPoint::default();
+    let (rows, cols) = (3200usize, 32usize);
+    let n = rows * cols;
+    let mut vals: Vec<u64> = (0..n as u64)
+        .map(|i| {
+            let u = (pseudo(i, 7) % (1u64 << 40)) as f64 / (1u64 << 40) as f64;
+            fx.encode((2.0 * u - 1.0) * (1u64 << 20) as f64).unwrap()
+        })
+        .collect();
+    // Range ends and ties.
+    vals[0] = fx.encode((1u64 << 20) as f64).unwrap();
+    vals[1] = fx.encode(-((1u64 << 20) as f64)).unwrap();
+    vals[cols] = fx.encode(-((1u64 << 20) as f64)).unwrap();
+    vals[cols + 1] = fx.encode((1u64 << 20) as f64).unwrap();
+    for r in (2..rows).step_by(3) {
+        let tie = tied_values(cols, 500 + r as u64, 1 << 30);
+        vals[r * cols..(r + 1) * cols].copy_from_slice(&tie);
+    }
+    let w = Width::new(41).unwrap();
+    let (opened, out) = run_on(41, vals.clone(), move |mut ctx, x| async move {
+        let (m, o) = proto::argmax_rows(&mut ctx, &x, rows, cols, w).await?;
+        Ok(vec![m, o])
+    });
+    check_argmax(&vals, rows, cols, &opened[0], &opened[1]);
+    // Input (1) + re-randomisation (1) + all pairs at k = 41: 7 + 5 + 2.
+    assert_eq!(out.rounds(), 2 + 14);
+}
+
+#[test]
+fn max_costs_are_pinned() {
+    // All pairs over rows of 32 in Z_2^32: 13 rounds; 220230 bits per row in total.
+    let w32 = Width::new(32).unwrap();
+    for rows in [1usize, 3, 384] {
+        let out = costs(rows * 32, move |mut ctx, x| async move {
+            Ok(vec![proto::max_rows(&mut ctx, &x, rows, 32, w32).await?])
+        });
+        assert_eq!(out.rounds(), 13, "rows = {rows}");
+        let bytes = out.payload_bytes();
+        let total: u64 = bytes.iter().sum();
+        println!("max 32: rows {rows}: bytes {bytes:?}, total {total}");
+        // Packing rounds up per record: at most a few bytes per record over the formula.
+        let formula_bits = 220_230 * rows as u64;
+        assert!(
+            total * 8 >= formula_bits && total * 8 < formula_bits + 8 * 200,
+            "{total}"
+        );
+    }
+    // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 220230 bits
+    // per row in total, a third per party (9176.25 bytes per row and party).
+    let out = costs(384 * 32, move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, 384, 32, w32).await?])
+    });
+    assert_eq!(out.rounds(), 13);
+    assert_eq!(out.payload_bytes(), [3_523_680; 3]);
+    assert_eq!(3 * 3_523_680 * 8, 220_230 * 384);
+    // One row of 32 (roles split 10/11/11 pairs' worth of work unevenly).
+    let out = costs(32, move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, 1, 32, w32).await?])
+    });
+    assert_eq!(out.payload_bytes(), [9186, 9166, 9190]);
+    // Argmax of the same rows: no extra round, no extra byte (the one-hot is the B2A'd
+    // winner vector of the single level).
+    let out = costs(384 * 32, move |mut ctx, x| async move {
+        let (m, o) = proto::argmax_rows(&mut ctx, &x, 384, 32, w32).await?;
+        Ok(vec![m, o])
+    });
+    assert_eq!(out.rounds(), 13);
+    assert_eq!(out.payload_bytes(), [3_523_680; 3]);
+    // Tournament over rows of 32 at k = 32: 5 levels of R_LT + 2 = 8 rounds; per pair
+    // LT + B2A + reshare = 414 + 384 + 192 = 990 bits, 31 pairs per row.
+    let out = costs(384 * 32, move |mut ctx, x| async move {
+        let m = proto::max_rows_with(&mut ctx, &x, 384, 32, w32, MaxMethod::Tournament).await?;
+        Ok(vec![m])
+    });
+    assert_eq!(out.rounds(), 40);
+    let total: u64 = out.payload_bytes().iter().sum();
+    println!("tournament 32: {:?}", out.payload_bytes());
+    assert!(total * 8 >= 990 * 31 * 384 && total * 8 < 990 * 31 * 384 + 8 * 400);
+}
+
+#[test]
+fn vocabulary_argmax_by_hybrid_tournament() {
+    // One row of GPT-2's 50257 logits (|logit| < 2^20), default method: 11 tournament
+    // levels bring 50257 down to 25, then all pairs of 25. In Z_2^41: R_LT = 7, so
+    // 11·9 + 7 + 5 + 2 = 113 rounds.
+    let fx = FixedPoint::default();
+    let n = 50_257usize;
+    let mut vals: Vec<u64> = (0..n as u64)
+        .map(|i| {
+            fx.encode(((pseudo(i, 77) % 2_000_000) as f64) / 1e5 - 10.0)
+                .unwrap()
+        })
+        .collect();
+    // A tie for the maximum: the first one must win.
+    let top = fx.encode(123.5).unwrap();
+    vals[31_000] = top;
+    vals[40_000] = top;
+    vals[7] = fx.encode(123.25).unwrap();
+    let w = Width::new(41).unwrap();
+    let (opened, out) = run_on(9, vals.clone(), move |mut ctx, x| async move {
+        let (m, o) = proto::argmax_rows(&mut ctx, &x, 1, n, w).await?;
+        Ok(vec![m, o])
+    });
+    check_argmax(&vals, 1, n, &opened[0], &opened[1]);
+    assert_eq!(opened[1][31_000], 1);
+    assert_eq!(out.rounds(), 2 + 113);
+    println!("vocabulary argmax bytes {:?}", out.payload_bytes());
+}
