@@ -249,3 +249,103 @@ fn vocabulary_argmax_by_hybrid_tournament() {
     assert_eq!(out.rounds(), 2 + 113);
     println!("vocabulary argmax bytes {:?}", out.payload_bytes());
 }
+
+/// Log-uniform inputs over [2^−10, 2^20] (raw 2^8 … 2^38) plus edges: powers of two,
+/// one below and one above them, and the ends of the contract 2^8 ≤ X < 2^39.
+fn recip_inputs(n: usize) -> Vec<u64> {
+    let mut raw: Vec<u64> = (0..n as u64)
+        .map(|i| {
+            let t = (pseudo(i, 31) >> 11) as f64 / (1u64 << 53) as f64;
+            (2f64.powf(8.0 + 30.0 * t)).round() as u64
+        })
+        .collect();
+    for j in 8..39u32 {
+        raw.extend_from_slice(&[1 << j, (1 << j) + 1, (1 << (j + 1)) - 1]);
+    }
+    raw.push((1 << 39) - 1);
+    raw
+}
+
+/// Relative errors |y·x − 1| at the decoded input, split by whether 1/x ≥ 2^−4.
+fn recip_errors(raw: &[u64], out: &[u64], out_bits: u32) -> (f64, f64) {
+    let (mut big, mut all) = (0f64, 0f64);
+    for (&x, &y) in raw.iter().zip(out) {
+        let xr = x as f64 / (1u64 << 18) as f64;
+        let yr = (y as i64) as f64 / 2f64.powi(out_bits as i32);
+        let rel = (yr * xr - 1.0).abs();
+        all = all.max(rel);
+        if 1.0 / xr >= 1.0 / 16.0 {
+            big = big.max(rel);
+        }
+    }
+    (big, all)
+}
+
+#[test]
+fn reciprocal_relative_error_over_2_pow_minus_10_to_2_pow_20() {
+    // 10^5 log-uniform points and edges, output at f + 20 fractional bits.
+    let raw = recip_inputs(100_000);
+    let (opened, out) = run_on(21, raw.clone(), move |mut ctx, x| async move {
+        Ok(vec![
+            proto::reciprocal_extra(&mut ctx, &x, 8, 38, 20).await?,
+        ])
+    });
+    let (_, all) = recip_errors(&raw, &opened[0], 38);
+    println!(
+        "reciprocal, extra 20: max rel {all:.3e} over {} inputs",
+        raw.len()
+    );
+    assert!(all <= 1e-4, "extra = 20: {all}");
+    // Input + re-randomisation + 14 rounds.
+    assert_eq!(out.rounds(), 2 + 14);
+}
+
+#[test]
+fn reciprocal_at_f_bits_is_limited_by_the_output_grid_only() {
+    // Output at f = 18 bits: relative error ≤ 1e-4 wherever 1/x ≥ 2^−4; below, the grid
+    // 2^−18 dominates (absolute error ≤ a few 2^−18).
+    let raw = recip_inputs(20_000);
+    let (opened, _) = run_on(22, raw.clone(), move |mut ctx, x| async move {
+        Ok(vec![proto::reciprocal(&mut ctx, &x, 8, 38).await?])
+    });
+    let (big, _) = recip_errors(&raw, &opened[0], 18);
+    let mut abs = 0f64;
+    for (&x, &y) in raw.iter().zip(&opened[0]) {
+        let xr = x as f64 / (1u64 << 18) as f64;
+        if 1.0 / xr < 1.0 / 16.0 {
+            abs = abs.max(((y as i64) as f64 / (1u64 << 18) as f64 - 1.0 / xr).abs());
+        }
+    }
+    println!("reciprocal, extra 0: max rel {big:.3e} (1/x >= 2^-4), max abs {abs:.3e} (below)");
+    assert!(big <= 1e-4, "{big}");
+    assert!(abs <= 3.0 / (1u64 << 18) as f64, "{abs}");
+}
+
+#[test]
+fn reciprocal_costs_are_pinned() {
+    // lo = 8, hi = 38 (x ∈ [2^−10, 2^20]), extra = 20: 14 rounds; n = 24 elements.
+    let out = costs(24, |mut ctx, x| async move {
+        Ok(vec![
+            proto::reciprocal_extra(&mut ctx, &x, 8, 38, 20).await?,
+        ])
+    });
+    assert_eq!(out.rounds(), 14);
+    // 32728 bits per element in total: comparisons 30·523 + B2A 30·384 + 11 shifted
+    // versions (64·11 + 6·66) and 12 squares (12·192) + fused round 3·192 + truncations of
+    // e0 (d = 42) and Y0 (d = 14) + step 2 (2·192 + 2·166) + step 3 (192 + 166).
+    assert_eq!(out.payload_bytes(), [32_728; 3]);
+    assert_eq!(
+        30 * 523 + 30 * 384 + 64 * 11 + 6 * 66 + 12 * 192 + 3 * 192 + 316 + 148 + 384 + 332 + 358,
+        32_728
+    );
+    // Softmax sums of rows of 32: lo = 17, hi = 23, extra = 12: 13 rounds.
+    let out = costs(24, |mut ctx, x| async move {
+        Ok(vec![
+            proto::reciprocal_extra(&mut ctx, &x, 17, 23, 12).await?,
+        ])
+    });
+    assert_eq!(out.rounds(), 13);
+    // 6490 bits per element: comparisons 6·(14·25 − 19 − 15) + B2A 6·384 + X² (192) + fused
+    // round 3·192 + truncations of e0 (d = 61 − 23 = 38) and Y0 + step 2 + step 3.
+    assert_eq!(out.payload_bytes(), [6490; 3]);
+}

@@ -30,6 +30,7 @@ pub use maxpool::{
 };
 pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
+pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
 pub use trunc::trunc;
 
