@@ -1,1 +1,394 @@
-//! (in progress)
+//! Piecewise-polynomial activations: GeLU (PUMA) and SiLU (PROTOCOLS.md §10).
+//!
+//! Both share one schedule: the comparisons with the breakpoints run as **one** batched
+//! MSB in a narrow ring followed by one B2A of all bits (branch A), concurrently with the
+//! power chain and the polynomial pieces (branch B); the pieces are joined by **one** fused
+//! sum of products (b_{k+1} − b_k)·P_k, whose selectors are integers 0/1, so the join needs
+//! no truncation. Helpers used by the other non-linear protocols of this suite live here
+//! too (public-constant encoding, linear combinations, fused sums of products).
+
+use alloc::vec::Vec;
+
+use crate::engine::{Ctx, try_join};
+use crate::error::Error;
+use crate::ring::Width;
+use crate::share::Shares;
+
+use super::{b2a, lt_public, mul, reshare, square, trunc};
+
+/// Ring width k' of the comparisons in [`gelu`] and [`silu`]: 32 bits, exact while
+/// |x − c| < 2^(k'−1−f) = 8192 for every breakpoint c (f = 18; PROTOCOLS.md §5, "Narrow
+/// rings"): |x| < 8188 for GeLU, |x| < 8186 for SiLU.
+pub const ACTIVATION_RING_BITS: u32 = 32;
+
+/// Extra fractional bits of the polynomial coefficients (f + 6 in total): coefficients at
+/// only f bits would cost 1.4e-3 at x ≈ 3 in GeLU (PROTOCOLS.md §10).
+const COEFF_EXTRA_BITS: u32 = 6;
+
+/// `round(c · 2^bits)` in two's complement (ties away from zero).
+///
+/// # Errors
+/// `Misuse` if `c` is not finite or the result does not fit in ±2^62.
+pub(super) fn encode_at(c: f64, bits: u32) -> Result<u64, Error> {
+    const LIMIT: f64 = 4_611_686_018_427_387_904.0; // 2^62
+    let scale = pow2(bits).ok_or(Error::misuse("scale 2^bits out of range"))?;
+    let v = c * scale;
+    if !v.is_finite() || v.abs() >= LIMIT {
+        return Err(Error::misuse("constant does not fit the ring"));
+    }
+    // |v| < 2^62: the cast is exact after adding ½ and truncating toward zero.
+    let r = if v < 0.0 {
+        -((-v + 0.5) as i64)
+    } else {
+        (v + 0.5) as i64
+    };
+    Ok(r as u64)
+}
+
+/// 2^bits as an `f64` for bits ≤ 126, without `std`.
+fn pow2(bits: u32) -> Option<f64> {
+    if bits > 126 {
+        return None;
+    }
+    let (hi, lo) = (bits / 2, bits - bits / 2);
+    let h = 1u128.checked_shl(hi)? as f64;
+    let l = 1u128.checked_shl(lo)? as f64;
+    Some(h * l)
+}
+
+/// `constant + Σ_k c_k · x_k` for public ring constants `c_k` (local).
+///
+/// # Errors
+/// `Misuse` if `terms` is empty or the lengths differ.
+pub(super) fn lincomb(terms: &[(&Shares, u64)], constant: u64) -> Result<Shares, Error> {
+    let ((first, c0), rest) = terms
+        .split_first()
+        .ok_or(Error::misuse("empty linear combination"))?;
+    let mut acc = first.scale(*c0);
+    for (x, c) in rest {
+        acc.add_assign(&x.scale(*c))?;
+    }
+    Ok(acc.add_public_scalar(constant))
+}
+
+/// Σ_k x_k ⊙ y_k elementwise as one fused sum of products: the local cross terms of all
+/// products are summed before a single [`reshare`] (PROTOCOLS.md §3, "Fused sums").
+///
+/// Rounds: 1. Bytes: 8 per element per party, whatever the number of products.
+///
+/// # Errors
+/// `Misuse` if `terms` is empty or the lengths differ; `Protocol` on a malformed message.
+pub(super) async fn fused_products(
+    ctx: &mut Ctx,
+    terms: &[(&Shares, &Shares)],
+) -> Result<Shares, Error> {
+    let (first, _) = terms
+        .first()
+        .ok_or(Error::misuse("empty sum of products"))?;
+    let n = first.len();
+    let mut z = alloc::vec![0u64; n];
+    for (x, y) in terms {
+        if x.len() != n || y.len() != n {
+            return Err(Error::misuse("sum of products of different lengths"));
+        }
+        for (((zk, (xa, xb)), ya), yb) in z
+            .iter_mut()
+            .zip(x.a().iter().zip(x.b()))
+            .zip(y.a())
+            .zip(y.b())
+        {
+            *zk = zk
+                .wrapping_add(xa.wrapping_mul(*ya))
+                .wrapping_add(xa.wrapping_mul(*yb))
+                .wrapping_add(xb.wrapping_mul(*ya));
+        }
+    }
+    let mut ctx = ctx.fork();
+    reshare(&mut ctx, z).await
+}
+
+/// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
+/// as one vector per breakpoint: one batched MSB over the concatenation, then one B2A.
+///
+/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 384.
+async fn breakpoint_bits(
+    ctx: &mut Ctx,
+    x: &Shares,
+    breakpoints: &[u64],
+    width: Width,
+) -> Result<Vec<Shares>, Error> {
+    let mut ctx = ctx.fork();
+    let n = x.len();
+    let reps: Vec<&Shares> = breakpoints.iter().map(|_| x).collect();
+    let all = Shares::concat(&reps)?;
+    let consts: Vec<u64> = breakpoints
+        .iter()
+        .flat_map(|&c| core::iter::repeat_n(c, n))
+        .collect();
+    let bits = lt_public(&mut ctx, &all, &consts, width).await?;
+    let a = b2a(&mut ctx, &bits).await?;
+    (0..breakpoints.len())
+        .map(|k| a.slice(k * n..(k + 1) * n))
+        .collect()
+}
+
+/// Joins a piecewise function: pieces `p_0, …, p_m` on the intervals cut by the
+/// increasing breakpoints whose bits b_k = `[x < c_k]` are given (so b_0 ≤ … ≤ b_{m−1}):
+/// Σ_k (b_k − b_{k−1})·p_k with b_{−1} = 0 and b_m = 1, one fused sum of products.
+/// A piece `None` is the zero function and costs nothing.
+async fn join_pieces(
+    ctx: &mut Ctx,
+    bits: &[Shares],
+    pieces: &[Option<&Shares>],
+) -> Result<Shares, Error> {
+    if pieces.len() != bits.len() + 1 {
+        return Err(Error::bug("one piece per interval"));
+    }
+    let first = bits.first().ok_or(Error::bug("no breakpoints"))?;
+    let me = first.party();
+    let n = first.len();
+    let zero = Shares::zeros(me, n);
+    let mut selectors = Vec::with_capacity(pieces.len());
+    for k in 0..pieces.len() {
+        let upper = match bits.get(k) {
+            Some(b) => b.clone(),
+            None => zero.add_public_scalar(1),
+        };
+        let lower = match k.checked_sub(1).and_then(|j| bits.get(j)) {
+            Some(b) => b,
+            None => &zero,
+        };
+        selectors.push(upper.sub(lower)?);
+    }
+    let terms: Vec<(&Shares, &Shares)> = selectors
+        .iter()
+        .zip(pieces)
+        .filter_map(|(s, p)| p.map(|p| (s, p)))
+        .collect();
+    fused_products(ctx, &terms).await
+}
+
+/// Coefficients of GeLU's two polynomial pieces, highest-degree terms as listed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GeluFit {
+    /// F0 on [−4, −1.95): c0 + c1·x + c2·x² + c3·x³.
+    pub f0: [f64; 4],
+    /// F1 on [−1.95, 3): c0 + c1·x + c2·x² + c4·x⁴ + c6·x⁶ (as [c0, c1, c2, c4, c6]).
+    pub f1: [f64; 5],
+}
+
+impl GeluFit {
+    /// PUMA's coefficients (Dong et al. 2023, §5.2, GeLU): max |err| vs exact GeLU 0.0199
+    /// (at x → 3⁻, inherent to F1).
+    pub const PUMA: GeluFit = GeluFit {
+        f0: [
+            -0.505_403_119_970_817_4,
+            -0.422_265_811_519_838_66,
+            -0.118_076_129_511_819_53,
+            -0.011_034_134_030_615_728,
+        ],
+        f1: [
+            0.008_526_321_541_038_084,
+            0.5,
+            0.360_329_269_278_962_9,
+            -0.037_688_200_365_904_236,
+            0.001_806_746_260_614_118_7,
+        ],
+    };
+}
+
+/// GeLU(x) = x·Φ(x) by PUMA's piecewise polynomial (Dong et al. 2023, "PUMA", §5.2;
+/// PROTOCOLS.md §10), with comparisons in the narrow ring of
+/// [`ACTIVATION_RING_BITS`] = 32 bits:
+///
+/// ```text
+///          0       x < −4
+/// GeLU ≈   F0(x)   −4 ≤ x < −1.95      F0 = −0.0110341x³ − 0.1180761x² − 0.4222658x − 0.5054031
+///          F1(x)   −1.95 ≤ x < 3       F1 = 0.0018067x⁶ − 0.0376882x⁴ + 0.3603293x² + 0.5x + 0.0085263
+///          x       x ≥ 3
+/// ```
+///
+/// (At x = 3 exactly, one grid point, the identity piece is taken: its error there is
+/// 0.004, F1's 0.0199.) Breakpoints are compared on the fixed-point grid (c ↦ round(c·2^f)).
+///
+/// Schedule: branch A, b0 = `[x < −4]`, b1 = `[x < −1.95]`, b2 = `[x < 3]` in one batched MSB
+/// (R_LT = 6 at k' = 32), then one B2A of the three bits (1). Branch B, concurrently: x²
+/// (mul + trunc), {x³, x⁴} (mul + trunc), x⁶ (mul + trunc), then F0 and F1 as local linear
+/// combinations with coefficients at f + 6 fractional bits, truncated together by f + 6
+/// (1): 7 rounds. Join: (b1 − b0)·F0 + (b2 − b1)·F1 + (1 − b2)·x as one fused sum of
+/// products (1); the selectors are integers, so no truncation follows.
+///
+/// **Range**: the comparisons are exact while |x − c| < 8192 for c ∈ {−4, −1.95, 3}, i.e.
+/// for −8189 < x < 8188 (raw |x − c| < 2^31); beyond that a branch may be wrong. Powers of inputs
+/// outside [−4, 3] may wrap the ring; that is harmless since their selectors are exactly 0.
+/// **Error** (measured, tests/gelu_layernorm.rs, 100,013 points): within 1.2e-5 of PUMA's
+/// polynomials; max |err| vs exact GeLU 0.0199 (x → 3⁻, inherent to F1), mean 0.00143 on
+/// [−10, 10].
+///
+/// Rounds: 8. Bits per element, summed over the parties: 3·414 (LT) + 3·384 (B2A) +
+/// 4·192 (products) + 4·172 (truncations by f) + 2·208 (truncation by f + 6) + 192
+/// (join) = 4458, i.e. 1486 per party with role rotation; **Bytes**: 1486·n/8 per party
+/// = 185.75 per element (exact for n divisible by 24).
+///
+/// # Errors
+/// `Protocol` if a message is malformed.
+pub async fn gelu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
+    gelu_with(ctx, x, &GeluFit::PUMA).await
+}
+
+/// [`gelu`] with other coefficients of the same shape (same degree, same cost), e.g. a
+/// refit against the exact GeLU.
+///
+/// Rounds and Bytes: those of [`gelu`].
+///
+/// # Errors
+/// `Misuse` if a coefficient does not fit the ring at f + 6 (or 2f + 6) fractional bits;
+/// `Protocol` if a message is malformed.
+pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let fx = ctx.fixed();
+    let f = fx.frac_bits();
+    let width = Width::new(ACTIVATION_RING_BITS).ok_or(Error::bug("activation width"))?;
+    let breakpoints = [
+        encode_at(-4.0, f)?,
+        encode_at(-1.95, f)?,
+        encode_at(3.0, f)?,
+    ];
+    let cb = f + COEFF_EXTRA_BITS; // coefficient scale; products land at f + cb
+    let [a0, a1, a2, a3] = fit.f0;
+    let [c0, c1, c2, c4, c6] = fit.f1;
+    let k0 = [
+        encode_at(a0, f + cb)?,
+        encode_at(a1, cb)?,
+        encode_at(a2, cb)?,
+        encode_at(a3, cb)?,
+    ];
+    let k1 = [
+        encode_at(c0, f + cb)?,
+        encode_at(c1, cb)?,
+        encode_at(c2, cb)?,
+        encode_at(c4, cb)?,
+        encode_at(c6, cb)?,
+    ];
+
+    let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_b = async {
+        let c = &mut cb_ctx;
+        let n = x.len();
+        // x²
+        let x2 = square(c, x).await?;
+        let x2 = trunc(c, &x2, f).await?;
+        // x³ and x⁴ together
+        let both = mul(
+            c,
+            &Shares::concat(&[&x2, &x2])?,
+            &Shares::concat(&[x, &x2])?,
+        )
+        .await?;
+        let both = trunc(c, &both, f).await?;
+        let (x3, x4) = both.split_at(n)?;
+        // x⁶
+        let x6 = mul(c, &x4, &x2).await?;
+        let x6 = trunc(c, &x6, f).await?;
+        // F0 and F1 at 2f + 6 fractional bits, truncated together by f + 6.
+        let p0 = lincomb(&[(x, k0[1]), (&x2, k0[2]), (&x3, k0[3])], k0[0])?;
+        let p1 = lincomb(
+            &[(x, k1[1]), (&x2, k1[2]), (&x4, k1[3]), (&x6, k1[4])],
+            k1[0],
+        )?;
+        let p = trunc(c, &Shares::concat(&[&p0, &p1])?, cb).await?;
+        p.split_at(n)
+    };
+    let (bits, (p0, p1)) = try_join(branch_a, branch_b).await?;
+    join_pieces(&mut ctx, &bits, &[None, Some(&p0), Some(&p1), Some(x)]).await
+}
+
+/// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (PROTOCOLS.md §10, the
+/// verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
+/// narrow ring of [`ACTIVATION_RING_BITS`] = 32 bits:
+///
+/// ```text
+///          0             x < −6
+/// SiLU ≈   x/2 + E(x)    −6 ≤ x < 6
+///          x             x ≥ 6
+/// E(x) = 0.014143238 + 0.22023987x² − 0.0099673197x⁴ + 2.7655659e-4x⁶ − 2.9513366e-6x⁸
+/// ```
+///
+/// E is evaluated in t = x/8 (t² = trunc(x·x, f + 6), coefficients scaled by 8^(2i) and
+/// held at f + 6 fractional bits) so that coefficient rounding stays small.
+///
+/// Schedule: branch A, b0 = `[x < −6]`, b1 = `[x < 6]` in one batched MSB (6 rounds at
+/// k' = 32) and one B2A (1). Branch B: t² (mul + trunc by f + 6), t⁴ (mul + trunc),
+/// {t⁶, t⁸} (mul + trunc), then x/2 + E as one linear combination truncated by f + 6 (1):
+/// 7 rounds. Join: (b1 − b0)·(x/2 + E) + (1 − b1)·x, one fused sum of products (1).
+///
+/// **Range**: exact branch choice while |x ∓ 6| < 8192, i.e. |x| < 8186; powers of inputs
+/// outside [−6, 6) may wrap, harmlessly (their selector is 0). **Error** (measured,
+/// tests/gelu_layernorm.rs): max |err| vs exact SiLU 0.0148 on [−20, 20] (at x = 6,
+/// inherent to the fit), mean 0.0036.
+///
+/// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
+/// 4·192 (products) + 3·172 (truncations by f) + 2·208 (truncations by f + 6) + 192
+/// (join) = 3488, i.e. 1162⅔ per party with role rotation; **Bytes**: 3488·n/24 per party
+/// = 145⅓ per element (exact for n divisible by 24).
+///
+/// # Errors
+/// `Protocol` if a message is malformed.
+pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let width = Width::new(ACTIVATION_RING_BITS).ok_or(Error::bug("activation width"))?;
+    let breakpoints = [encode_at(-6.0, f)?, encode_at(6.0, f)?];
+    let cb = f + COEFF_EXTRA_BITS;
+    // E(x) = Σ e_{2i} x^{2i} = Σ e_{2i}·8^{2i} t^{2i}.
+    let e = [
+        0.014_143_238,
+        0.220_239_87,
+        -0.009_967_319_7,
+        2.765_565_9e-4,
+        -2.951_336_6e-6,
+    ];
+    let g = |i: usize, s: f64| e.get(i).copied().unwrap_or(0.0) * s;
+    let k = [
+        encode_at(g(0, 1.0), f + cb)?,
+        encode_at(g(1, 64.0), cb)?,
+        encode_at(g(2, 4096.0), cb)?,
+        encode_at(g(3, 262_144.0), cb)?,
+        encode_at(g(4, 16_777_216.0), cb)?,
+    ];
+    let half = encode_at(0.5, cb)?;
+
+    let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_b = async {
+        let c = &mut cb_ctx;
+        let n = x.len();
+        // t² = x²/64 at f bits.
+        let t2 = square(c, x).await?;
+        let t2 = trunc(c, &t2, f + 6).await?;
+        let t4 = square(c, &t2).await?;
+        let t4 = trunc(c, &t4, f).await?;
+        let both = mul(
+            c,
+            &Shares::concat(&[&t4, &t4])?,
+            &Shares::concat(&[&t2, &t4])?,
+        )
+        .await?;
+        let both = trunc(c, &both, f).await?;
+        let (t6, t8) = both.split_at(n)?;
+        let p = lincomb(
+            &[
+                (x, half),
+                (&t2, k[1]),
+                (&t4, k[2]),
+                (&t6, k[3]),
+                (&t8, k[4]),
+            ],
+            k[0],
+        )?;
+        trunc(c, &p, cb).await
+    };
+    let (bits, p) = try_join(branch_a, branch_b).await?;
+    join_pieces(&mut ctx, &bits, &[None, Some(&p), Some(x)]).await
+}

@@ -17,13 +17,16 @@ mod msb;
 mod mul;
 mod recip;
 mod reveal;
+mod rsqrt;
 mod softmax;
 mod trunc;
 
 pub use and::and;
 pub use b2a::{b2a, mul_bit, select};
 pub use eq::{embed, eq, eq_public, one_hot};
+pub use gelu::{ACTIVATION_RING_BITS, GeluFit, gelu, gelu_with, silu};
 pub use input::share_input;
+pub use layernorm::layernorm_rows;
 pub use matmul::{matmul, matmul_batch, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
@@ -32,6 +35,7 @@ pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
+pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use trunc::trunc;
 
 use alloc::vec::Vec;

@@ -1,0 +1,533 @@
+//! Non-linear suite against f64 plaintext: GeLU, SiLU, rsqrt, LayerNorm — accuracy at the
+//! value ranges GPT-2 produces, and pinned rounds and payload bytes.
+//!
+//! Error definitions used below:
+//! - GeLU, SiLU: absolute error |y − f(x)| against the exact function (GeLU in its erf
+//!   form, erf computed here in f64 to ~1e-15) at the decoded fixed-point input x.
+//! - rsqrt: relative error |y − 1/√x|·√x at the decoded input x.
+//! - LayerNorm: elementwise |y − y_ref| ≤ 1e-3·max(|y_ref|, 1), y_ref the f64 LayerNorm of
+//!   the decoded fixed-point inputs (x, γ, β), biased variance, ε = 1e-5. Input rounding
+//!   to the f = 18 grid is therefore not counted; everything the protocol adds is.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use puma_core::sim::{Outcome, Sim, reconstruct};
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, proto};
+
+const F: u32 = 18;
+
+fn fx() -> FixedPoint {
+    FixedPoint::default()
+}
+
+/// Shares `vals` from P0, re-randomises every component (a product with public 1, as after
+/// any multiplication), runs `f` and opens its output.
+fn run_on<G, Fut>(seed: u64, vals: Vec<u64>, g: G) -> (Vec<u64>, Outcome<Shares>)
+where
+    G: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Shares, Error>> + Send + 'static,
+{
+    let n = vals.len();
+    let out = Sim::new(seed).run(move |me| {
+        let (g, v) = (g.clone(), vals.clone());
+        move |mut ctx| async move {
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&v[..]),
+                n,
+            )
+            .await?;
+            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
+            g(ctx, x).await
+        }
+    });
+    let opened = reconstruct(&[
+        out.results[0].clone().unwrap(),
+        out.results[1].clone().unwrap(),
+        out.results[2].clone().unwrap(),
+    ])
+    .unwrap();
+    (opened, out)
+}
+
+/// Runs `g` on `n` random shares (no input round): the costs of `g` alone.
+fn costs<G, Fut>(n: usize, g: G) -> Outcome<Shares>
+where
+    G: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Shares, Error>> + Send + 'static,
+{
+    Sim::new(5).run(move |_| {
+        let g = g.clone();
+        move |mut ctx| async move {
+            let x = ctx.random_shares(n);
+            g(ctx, x).await
+        }
+    })
+}
+
+fn decode_at(v: u64, bits: u32) -> f64 {
+    (v as i64) as f64 / (1u64 << bits) as f64
+}
+
+fn pseudo(i: u64, salt: u64) -> u64 {
+    let mut z = i.wrapping_add(salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Uniform in [0, 1).
+fn unif(i: u64, salt: u64) -> f64 {
+    (pseudo(i, salt) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// erf(x) by the everywhere-convergent series with positive terms
+/// erf(x) = 2/√π · e^(−x²) · Σ_n 2^n x^(2n+1) / (1·3·…·(2n+1)): no cancellation, so the
+/// relative error stays near machine precision for every |x| ≤ 10.
+fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    if a > 10.0 {
+        return x.signum();
+    }
+    let mut term = a;
+    let mut sum = a;
+    let mut n = 0.0;
+    loop {
+        n += 1.0;
+        term *= 2.0 * a * a / (2.0 * n + 1.0);
+        sum += term;
+        if term <= sum * 1e-17 {
+            break;
+        }
+    }
+    let v = 2.0 / std::f64::consts::PI.sqrt() * (-a * a).exp() * sum;
+    v.min(1.0).copysign(x)
+}
+
+fn gelu_exact(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
+/// PUMA's piecewise polynomial with breakpoints on the fixed-point grid (raw comparisons).
+fn gelu_puma(raw: u64) -> f64 {
+    let x = fx().decode(raw);
+    let r = raw as i64;
+    let q = |c: f64| fx().encode(c).unwrap() as i64;
+    if r < q(-4.0) {
+        0.0
+    } else if r < q(-1.95) {
+        -0.011034134030615728 * x.powi(3)
+            - 0.11807612951181953 * x.powi(2)
+            - 0.42226581151983866 * x
+            - 0.5054031199708174
+    } else if r < q(3.0) {
+        0.0018067462606141187 * x.powi(6) - 0.037688200365904236 * x.powi(4)
+            + 0.3603292692789629 * x.powi(2)
+            + 0.5 * x
+            + 0.008526321541038084
+    } else {
+        x
+    }
+}
+
+#[test]
+fn erf_reference_is_accurate() {
+    // Known values (Abramowitz & Stegun, Table 7.1; erf(3) from high-precision tables).
+    for (x, want) in [
+        (0.5, 0.520_499_877_813_046_5),
+        (1.0, 0.842_700_792_949_714_9),
+        (2.0, 0.995_322_265_018_952_7),
+        (3.0, 0.999_977_909_503_001_4),
+    ] {
+        assert!((erf(x) - want).abs() < 1e-15, "erf({x})");
+        assert!((erf(-x) + want).abs() < 1e-15);
+    }
+    // GeLU(3) = 3·Φ(3), Φ(3) = 0.998 650 101 968 37.
+    assert!((gelu_exact(3.0) - 2.995_950_305_905_1).abs() < 1e-12);
+    assert_eq!(erf(0.0), 0.0);
+}
+
+/// GeLU on 100,001 evenly spaced points of [−10, 10] plus the breakpoints ± 1 ulp:
+/// max |err| vs exact GeLU ≤ 0.0205, mean ≤ 0.0016, and within 2e-5 of PUMA's polynomial.
+#[test]
+fn gelu_accuracy_on_minus_ten_to_ten() {
+    let fx = fx();
+    let n = 100_000u64;
+    let mut xs: Vec<u64> = (0..=n)
+        .map(|i| fx.encode(-10.0 + 20.0 * i as f64 / n as f64).unwrap())
+        .collect();
+    for c in [-4.0, -1.95, 3.0, 0.0] {
+        let q = fx.encode(c).unwrap();
+        xs.extend_from_slice(&[q.wrapping_sub(1), q, q.wrapping_add(1)]);
+    }
+    let (y, out) = run_on(11, xs.clone(), |mut ctx, x| async move {
+        proto::gelu(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 2 + 8);
+    let (mut max_err, mut sum_err, mut max_poly) = (0.0f64, 0.0f64, 0.0f64);
+    let mut argmax = 0.0;
+    for (&raw, &yv) in xs.iter().zip(&y) {
+        let x = fx.decode(raw);
+        let got = fx.decode(yv);
+        let e = (got - gelu_exact(x)).abs();
+        if e > max_err {
+            max_err = e;
+            argmax = x;
+        }
+        sum_err += e;
+        max_poly = max_poly.max((got - gelu_puma(raw)).abs());
+    }
+    let mean_err = sum_err / xs.len() as f64;
+    println!(
+        "gelu: max |err| {max_err:.6} at x = {argmax}, mean {mean_err:.6}, vs polynomial {max_poly:.2e}"
+    );
+    assert!(max_err <= 0.0205, "max err {max_err}");
+    assert!(mean_err <= 0.0016, "mean err {mean_err}");
+    assert!(max_poly <= 2e-5, "vs polynomial {max_poly}");
+}
+
+/// Out-of-range inputs inside the comparison bound (|x − c| < 8192 for every breakpoint c)
+/// select exactly 0 or x,
+/// even though their powers wrap the ring.
+#[test]
+fn gelu_and_silu_far_inputs_select_exactly() {
+    let fx = fx();
+    let xs: Vec<f64> = vec![-8185.0, -3000.0, -100.0, -20.0, 20.0, 250.0, 3000.0, 8185.0];
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, _) = run_on(12, raw.clone(), |mut ctx, x| async move {
+        let g = proto::gelu(&mut ctx, &x).await?;
+        let s = proto::silu(&mut ctx, &x).await?;
+        Shares::concat(&[&g, &s])
+    });
+    for (k, &x) in xs.iter().enumerate() {
+        let want = if x < 0.0 { 0 } else { raw[k] };
+        assert_eq!(y[k], want, "gelu({x})");
+        assert_eq!(y[k + xs.len()], want, "silu({x})");
+    }
+}
+
+/// GeLU costs 8 rounds and 1486 bits per element and party (4458 in total, PROTOCOLS §10);
+/// its three comparisons cost the rounds of one.
+#[test]
+fn gelu_costs_are_pinned() {
+    let n = 96usize;
+    let out = costs(
+        n,
+        |mut ctx, x| async move { proto::gelu(&mut ctx, &x).await },
+    );
+    assert_eq!(out.rounds(), 8);
+    assert_eq!(out.payload_bytes(), [(1486 * n / 8) as u64; 3]);
+    // One comparison alone (n elements, k' = 32) takes 6 rounds; three batched, too.
+    let w = puma_core::Width::new(proto::ACTIVATION_RING_BITS).unwrap();
+    for reps in [1usize, 3] {
+        let one = Sim::new(6).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(reps * n);
+                proto::lt_public(&mut ctx, &x, &vec![7; reps * n], w).await
+            }
+        });
+        assert_eq!(one.rounds(), 6);
+    }
+    // Many elements share the rounds.
+    let big = costs(3 * n, |mut ctx, x| async move {
+        proto::gelu(&mut ctx, &x).await
+    });
+    assert_eq!(big.rounds(), 8);
+    assert_eq!(big.payload_bytes(), [(1486 * 3 * n / 8) as u64; 3]);
+}
+
+fn silu_exact(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// SiLU on 100,001 points of [−20, 20]: max |err| ≤ 0.02.
+#[test]
+fn silu_accuracy_on_minus_twenty_to_twenty() {
+    let fx = fx();
+    let n = 100_000u64;
+    let mut xs: Vec<u64> = (0..=n)
+        .map(|i| fx.encode(-20.0 + 40.0 * i as f64 / n as f64).unwrap())
+        .collect();
+    for c in [-6.0, 6.0] {
+        let q = fx.encode(c).unwrap();
+        xs.extend_from_slice(&[q.wrapping_sub(1), q, q.wrapping_add(1)]);
+    }
+    let (y, out) = run_on(13, xs.clone(), |mut ctx, x| async move {
+        proto::silu(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 2 + 8);
+    let (mut max_err, mut sum_err, mut argmax) = (0.0f64, 0.0f64, 0.0);
+    for (&raw, &yv) in xs.iter().zip(&y) {
+        let x = fx.decode(raw);
+        let e = (fx.decode(yv) - silu_exact(x)).abs();
+        if e > max_err {
+            max_err = e;
+            argmax = x;
+        }
+        sum_err += e;
+    }
+    println!(
+        "silu: max |err| {max_err:.6} at x = {argmax}, mean {:.6}",
+        sum_err / xs.len() as f64
+    );
+    assert!(max_err <= 0.02, "max err {max_err}");
+}
+
+/// SiLU: 8 rounds, 3488 bits per element in total (1162⅔ per party).
+#[test]
+fn silu_costs_are_pinned() {
+    let n = 96usize;
+    let out = costs(
+        n,
+        |mut ctx, x| async move { proto::silu(&mut ctx, &x).await },
+    );
+    assert_eq!(out.rounds(), 8);
+    assert_eq!(out.payload_bytes(), [(3488 * n / 24) as u64; 3]);
+}
+
+/// rsqrt over x ∈ [2^−10, 2^20] (lo = 8, hi = 38) at log-spaced points, powers of two and
+/// their neighbours: relative error ≤ 1e-4 with 12 extra output bits.
+#[test]
+fn rsqrt_relative_error_over_its_range() {
+    let fx = fx();
+    let mut xs: Vec<u64> = (0..3000u64)
+        .map(|i| {
+            let e = -10.0 + 30.0 * unif(i, 21);
+            fx.encode(2f64.powf(e)).unwrap()
+        })
+        .collect();
+    for j in 8..=38u32 {
+        xs.extend_from_slice(&[1 << j, (1 << j) + 1, (1u64 << (j + 1)) - 1]);
+    }
+    xs.retain(|&v| (1u64 << 8..=1u64 << 38).contains(&v));
+    let extra = 12;
+    let (y, out) = run_on(14, xs.clone(), move |mut ctx, x| async move {
+        proto::rsqrt(&mut ctx, &x, 8, 38, extra).await
+    });
+    assert_eq!(out.rounds(), 2 + 19);
+    let mut worst = (0.0f64, 0.0);
+    for (&raw, &yv) in xs.iter().zip(&y) {
+        let x = fx.decode(raw);
+        let want = 1.0 / x.sqrt();
+        let rel = (decode_at(yv, F + extra) - want).abs() / want;
+        if rel > worst.0 {
+            worst = (rel, x);
+        }
+    }
+    println!("rsqrt: max rel err {:.3e} at x = {}", worst.0, worst.1);
+    assert!(worst.0 <= 1e-4, "rel err {worst:?}");
+}
+
+/// rsqrt at lo = 8, hi = 38 (k' = 40): 19 rounds; 30856 bits per element in total with
+/// extra = 0 (a third per party).
+#[test]
+fn rsqrt_costs_are_pinned() {
+    let n = 24usize;
+    let out = costs(n, |mut ctx, x| async move {
+        proto::rsqrt(&mut ctx, &x, 8, 38, 0).await
+    });
+    assert_eq!(out.rounds(), 19);
+    assert_eq!(out.payload_bytes(), [(30856 * n / 24) as u64; 3]);
+}
+
+/// f64 LayerNorm of one row (biased variance).
+fn layernorm_ref(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
+    let d = x.len() as f64;
+    let mu = x.iter().sum::<f64>() / d;
+    let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / d;
+    let r = 1.0 / (var + eps).sqrt();
+    x.iter()
+        .zip(g)
+        .zip(b)
+        .map(|((v, g), b)| (v - mu) * r * g + b)
+        .collect()
+}
+
+/// Runs LayerNorm on `rows` rows and checks |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
+/// Returns the worst ratio |y − y_ref| / max(|y_ref|, 1).
+fn check_layernorm(seed: u64, x: &[f64], g: &[f64], b: &[f64], d: usize) -> f64 {
+    let fx = fx();
+    let rows = x.len() / d;
+    let eps = 1e-5;
+    let mut vals = fx.encode_slice(x).unwrap();
+    vals.extend(fx.encode_slice(g).unwrap());
+    vals.extend(fx.encode_slice(b).unwrap());
+    let (y, out) = run_on(seed, vals.clone(), move |mut ctx, v| async move {
+        let (x, gb) = v.split_at(rows * d)?;
+        let (g, b) = gb.split_at(d)?;
+        proto::layernorm_rows(&mut ctx, &x, rows, d, &g, &b, eps).await
+    });
+    assert_eq!(out.rounds(), 2 + 24);
+    let dec = fx.decode_slice(&vals);
+    let (gd, bd) = (&dec[rows * d..rows * d + d], &dec[rows * d + d..]);
+    let mut worst = 0.0f64;
+    for r in 0..rows {
+        let want = layernorm_ref(&dec[r * d..(r + 1) * d], gd, bd, eps);
+        let mut row_worst = (0.0f64, 0usize);
+        for (k, w) in want.iter().enumerate() {
+            let got = decode_at(y[r * d + k], F);
+            let ratio = (got - w).abs() / w.abs().max(1.0);
+            if ratio > row_worst.0 {
+                row_worst = (ratio, k);
+            }
+        }
+        let k = row_worst.1;
+        println!(
+            "row {r}: worst {:.3e} at k = {k}: got {} want {}",
+            row_worst.0,
+            decode_at(y[r * d + k], F),
+            want[k]
+        );
+        worst = worst.max(row_worst.0);
+    }
+    worst
+}
+
+/// Rows of 768 like GPT-2's residual stream: bulk values of a few units, a handful of
+/// outlier dimensions reaching ±3000.
+#[test]
+fn layernorm_on_gpt2_like_rows_with_outliers() {
+    let d = 768;
+    let rows = 6;
+    let mut x = Vec::with_capacity(rows * d);
+    for r in 0..rows as u64 {
+        for k in 0..d as u64 {
+            let i = r * d as u64 + k;
+            let mut v = (unif(i, 31) - 0.5) * 6.0 * (1.0 + r as f64);
+            match k {
+                138 => v = 3000.0 - 100.0 * r as f64,
+                378 => v = -2500.0 + 37.0 * r as f64,
+                447 => v = 800.0 * (r as f64 - 2.5),
+                64 if r % 2 == 0 => v = -1234.5,
+                _ => {}
+            }
+            x.push(v);
+        }
+    }
+    let g: Vec<f64> = (0..d as u64)
+        .map(|k| 0.2 + 1.8 * unif(k, 32) * if k % 7 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    let b: Vec<f64> = (0..d as u64).map(|k| unif(k, 33) - 0.5).collect();
+    let worst = check_layernorm(15, &x, &g, &b, d);
+    println!("layernorm (outlier rows): worst |err|/max(|y|,1) = {worst:.3e}");
+    assert!(worst <= 1e-3, "{worst}");
+}
+
+/// Rows of 768 with tiny variance: a constant offset plus noise of standard deviation
+/// down to 1e-3 (var + ε dominated by ε), where 1/√(var + ε) reaches ~300.
+#[test]
+fn layernorm_on_rows_with_tiny_variance() {
+    let d = 768;
+    let offsets = [0.0, 1.0, -3.25, 12.0, 0.5, -0.75];
+    let scales = [1e-2, 3e-3, 1e-3, 1e-2, 3e-3, 1e-3];
+    let mut x = Vec::new();
+    for (r, (o, s)) in offsets.iter().zip(&scales).enumerate() {
+        for k in 0..d as u64 {
+            let i = r as u64 * d as u64 + k;
+            x.push(o + s * 3.0f64.sqrt() * 2.0 * (unif(i, 41) - 0.5));
+        }
+    }
+    let g: Vec<f64> = (0..d as u64).map(|k| 0.5 + unif(k, 42)).collect();
+    let b: Vec<f64> = (0..d as u64).map(|k| 0.2 * (unif(k, 43) - 0.5)).collect();
+    let worst = check_layernorm(16, &x, &g, &b, d);
+    println!("layernorm (tiny variance): worst |err|/max(|y|,1) = {worst:.3e}");
+    assert!(worst <= 1e-3, "{worst}");
+}
+
+/// LayerNorm of rows of 768: 24 rounds whatever the number of rows, pinned bytes; with a
+/// number of rows divisible by 24 each party sends exactly 923,839 bits per row.
+#[test]
+fn layernorm_costs_are_pinned() {
+    let d = 768;
+    for (rows, want) in [
+        (1usize, [38659u64, 38407, 38461]),
+        (4, [154140, 153888, 153944]),
+        (24, [923839; 3]),
+    ] {
+        let out = Sim::new(8).run(move |me| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(rows * d);
+                let g = ctx.random_shares(d);
+                let b = Shares::zeros(me, d);
+                proto::layernorm_rows(&mut ctx, &x, rows, d, &g, &b, 1e-5).await
+            }
+        });
+        assert_eq!(out.rounds(), 24, "rows = {rows}");
+        let bytes = out.payload_bytes();
+        println!("layernorm, {rows} row(s) of {d}: bytes per party {bytes:?}");
+        assert_eq!(bytes, want, "rows = {rows}");
+    }
+}
+
+/// Empty inputs give empty outputs; bad shapes and parameters are typed errors, not panics.
+#[test]
+fn empty_inputs_and_misuse() {
+    let out = Sim::new(9).run(move |me| {
+        move |mut ctx| async move {
+            let e = Shares::zeros(me, 0);
+            let g = Shares::zeros(me, 4);
+            let a = proto::gelu(&mut ctx, &e).await?;
+            let b = proto::silu(&mut ctx, &e).await?;
+            let c = proto::rsqrt(&mut ctx, &e, 8, 38, 0).await?;
+            let d = proto::layernorm_rows(&mut ctx, &e, 0, 4, &g, &g, 1e-5).await?;
+            Ok([a.len(), b.len(), c.len(), d.len()])
+        }
+    });
+    for r in out.into_results().unwrap() {
+        assert_eq!(r, [0; 4]);
+    }
+    let out = Sim::new(10).run(move |me| {
+        move |mut ctx| async move {
+            let x = Shares::zeros(me, 6);
+            let g = Shares::zeros(me, 3);
+            let mut errs = Vec::new();
+            errs.push(proto::rsqrt(&mut ctx, &x, 9, 8, 0).await.is_err());
+            errs.push(proto::rsqrt(&mut ctx, &x, 8, 62, 0).await.is_err());
+            errs.push(proto::rsqrt(&mut ctx, &x, 8, 38, 15).await.is_err());
+            errs.push(
+                proto::rsqrt_scaled(&mut ctx, &x, 8, 38, 0, 0)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::rsqrt_scaled(&mut ctx, &x, 0, 38, 14, 1 << 40)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, 3, 3, &g, &g, 1e-5)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, 2, 3, &g, &x, 1e-5)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, 2, 3, &g, &g, 0.0)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, 2, 3, &g, &g, f64::NAN)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, 2, 3, &g, &g, -1.0)
+                    .await
+                    .is_err(),
+            );
+            errs.push(
+                proto::layernorm_rows(&mut ctx, &x, usize::MAX, 3, &g, &g, 1e-5)
+                    .await
+                    .is_err(),
+            );
+            Ok(errs)
+        }
+    });
+    for r in out.into_results().unwrap() {
+        assert!(r.iter().all(|&e| e), "{r:?}");
+    }
+}
