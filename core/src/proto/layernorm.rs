@@ -46,40 +46,44 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    truncated **before** summing: with GPT-2's residual values near 3000 a fused 2f-bit
 ///    sum of squares would reach 2^68 and wrap —, S = row sum (local),
 ///    r = √(d·2^8)/√((S + d·ε)·2^8) = 1/√(σ² + ε) by [`rsqrt_scaled`] with c = d·2^8 folded
-///    into its table, at f + 8 fractional bits (R_LT + 12 = 19 rounds; comparisons in
+///    into its table, at f + 8 fractional bits (R_LT + 7 = 14 rounds; comparisons in
 ///    Z_2^(hi+2) with lo = ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and
 ///    61 for d = 768, ε = 1e-5: 43 comparisons in Z_2^63). Branch B, concurrently:
 ///    xg = trunc(xc'·γ, f + 2) at f + 4 bits.
 /// 3. y = trunc(xg·r, f + 12) + β (2 rounds).
 ///
-/// Departures from PROTOCOLS.md §10, all for rows of tiny variance (where r reaches
-/// 1/√ε ≈ 316 and amplifies every rounding of x − μ): the squares keep 8 extra bits (at f
-/// bits a row of standard deviation 3e-3 has squares of 2 ulp, and their rounding noise
-/// moved r by 0.2%); the γ branch keeps μ and x − μ at f + 6 bits and xg at f + 4 bits;
-/// r keeps 8 extra bits instead of 12, so the product xg·r sits at 2f + 12 bits as in the
-/// cookbook and the overflow budget is unchanged; 1/d carries a low part, so μ's error
-/// does not grow with |μ|. Measured on the tests' tiny-variance rows: 3.1e-3 with the
-/// cookbook's precision, 8.9e-5 with these. Cost: four truncations per row instead of
-/// one, xg truncated by f + 2 instead of f (+12 bits per element), squares truncated by
-/// f − 8 instead of f (−48 bits per element): fewer bits than the cookbook in total.
+/// Departures from PROTOCOLS.md §10. Rounds: [`rsqrt_scaled`] takes R_LT + 7 rounds
+/// instead of R_LT + 12 (quadratic initial guess from the shared normalisation's u and u²,
+/// one Newton step), so LayerNorm takes 19 rounds instead of 24. Precision, all for rows
+/// of tiny variance, where r reaches 1/√ε ≈ 316 and amplifies every rounding of x − μ:
+/// the squares keep 8 extra bits (at f bits a row of standard deviation 3e-3 has squares
+/// of 2 ulp, and their rounding noise moved r by 0.2%); the γ branch keeps μ and x − μ at
+/// f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits instead of 12, so the product
+/// xg·r sits at 2f + 12 bits as in the cookbook and the overflow budget is unchanged;
+/// 1/d carries a low part, so μ's error does not grow with |μ|. Measured on the tests'
+/// tiny-variance rows: 3.1e-3 with the cookbook's precision, 8.5e-5 with these. Cost:
+/// four truncations per row instead of one, xg truncated by f + 2 instead of f (+12 bits
+/// per element), squares truncated by f − 8 instead of f (−48 bits per element).
 ///
 /// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, so that each square stays
 /// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
 /// d < 2^f; ε > 0 with d·ε·2^f ≥ 1 and d·ε small against d·2^13.
 /// **Error** (measured, tests/gelu_layernorm.rs): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1)
-/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 4.3e-6
-/// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.9e-5 on rows
+/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 6.3e-6
+/// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.5e-5 on rows
 /// of tiny variance (standard deviation 1e-3 to 1e-2, offsets up to 12).
 ///
-/// Rounds: 1 + 2 + (R_LT(hi + 2) + 12) + 2 = 24 for d = 768 (hi = 61, k' = 63, R_LT = 7).
+/// Rounds: 1 + 2 + (R_LT(hi + 2) + 7) + 2 = 19 for d = 768 (hi = 61, k' = 63, R_LT = 7).
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 6·(28 + 40 + 22 +
 /// 34) = 1000) + d·(316 + 376 + 436) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12) + rsqrt's bits
-/// (43·(845 + 384) + 1728 + 1960 = 56535 at lo = 18, hi = 61, extra = 8); d = 768,
-/// ε = 1e-5: **923,839 bits per row (115.5 KB)**, against the cookbook's 946.7 kbit.
-/// **Bytes** per party: roles rotate over three blocks of rows and of elements, so with
-/// the number of rows divisible by 24 each party sends exactly 923839·rows/24 bytes; a
-/// single row sends (38659, 38407, 38461) bytes (its per-row work falls to one party).
+/// (72613 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
+/// the normalisation's 44 shifted versions, their squares and the fused round, 3986 for
+/// the rest); d = 768, ε = 1e-5: **939,917 bits per row (117.5 KB)**, against the
+/// cookbook's 946.7 kbit. **Bytes** per party: roles rotate over three blocks of rows and
+/// of elements, so with the number of rows divisible by 24 each party sends exactly
+/// 939917·rows/24 bytes; a single row sends (39814, 38874, 38913) bytes (its per-row work
+/// falls to one party per role).
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0 or d ≥ 2^f, or ε outside the
