@@ -69,7 +69,7 @@ const MEAN_LOW_BITS: u32 = 12;
 /// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
 /// d < 2^f; ε > 0 with d·ε·2^f ≥ 1 and d·ε small against d·2^13.
 /// **Error** (measured, tests/gelu_layernorm.rs): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1)
-/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 6.3e-6
+/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 1.0e-5
 /// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.5e-5 on rows
 /// of tiny variance (standard deviation 1e-3 to 1e-2, offsets up to 12).
 ///
@@ -77,12 +77,12 @@ const MEAN_LOW_BITS: u32 = 12;
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 6·(28 + 40 + 22 +
 /// 34) = 1000) + d·(316 + 376 + 436) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12) + rsqrt's bits
-/// (72613 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
-/// the normalisation's 44 shifted versions, their squares and the fused round, 3986 for
-/// the rest); d = 768, ε = 1e-5: **939,917 bits per row (117.5 KB)**, against the
+/// (72589 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
+/// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for
+/// the rest); d = 768, ε = 1e-5: **939,893 bits per row (117.5 KB)**, against the
 /// cookbook's 946.7 kbit. **Bytes** per party: roles rotate over three blocks of rows and
 /// of elements, so with the number of rows divisible by 24 each party sends exactly
-/// 939917·rows/24 bytes; a single row sends (39814, 38874, 38913) bytes (its per-row work
+/// 939893·rows/24 bytes; a single row sends (39812, 38874, 38913) bytes (its per-row work
 /// falls to one party per role).
 ///
 /// # Errors
