@@ -1,6 +1,12 @@
 //! Max, argmax and the reciprocal against plaintext: exactness of max/argmax (ties: the
 //! first maximum wins), relative error of the reciprocal, pinned rounds and bytes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop,
+    missing_docs
+)]
 
 use puma_core::proto::{self, MaxMethod};
 use puma_core::sim::{Outcome, Sim, reconstruct};

@@ -35,6 +35,10 @@ pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
+pub use softmax::{
+    ExpApprox, SOFTMAX_RING_BITS, causal_valid_len, neg_exp, neg_exp_with, softmax_rows,
+    softmax_rows_causal, softmax_rows_masked, softmax_rows_with,
+};
 pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use trunc::trunc;
 

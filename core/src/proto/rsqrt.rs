@@ -89,9 +89,10 @@ pub async fn rsqrt(
 /// initial guess y0 = 2.23395 − 2.06621u + 0.83545u² (relative minimax fit on [0.5, 1],
 /// relative error 3.19e-3: one truncation of a linear combination of u and u²) and
 /// uT = trunc(u·T); then one Newton step y ← y(3 − u·y²)/2 with T folded in:
-/// {y², y·uT, Y = y·T} (mul + trunc), then trunc(3Y·2^f − y²·(y·uT), f + 1) — the halving
-/// folded into that truncation. The step leaves −1.5e² ∈ [−1.53e-5, 0]; the table carries
-/// 1 + 7.62e-6 to centre it (±7.6e-6 before rounding).
+/// {y², y·uT, Y = y·T} (mul + trunc), then trunc(3Y·2^f − y²·(y·uT), f + 1 + g) — the
+/// halving folded into that truncation (g guard bits, below). The step leaves
+/// −1.5e² ∈ [−1.53e-5, 0]; the table carries 1 + 7.62e-6 to centre it (±7.6e-6 before
+/// rounding).
 ///
 /// Departure from PROTOCOLS.md §9, which starts from the linear y0 = 1.787 − 0.809u (error
 /// 0.0224) and needs two Newton steps: R_LT + 12 rounds there, R_LT + 7 here, with a

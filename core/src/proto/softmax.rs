@@ -1,1 +1,386 @@
-//! (in progress)
+//! negExp and softmax over the rows of a matrix (PUMA, Dong et al. 2023, §5.2;
+//! PROTOCOLS.md §10), with public masks (causal attention) that drop masked positions.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::engine::{Ctx, try_join};
+use crate::error::Error;
+use crate::ring::Width;
+use crate::share::Shares;
+
+use super::maxpool::{MaxMethod, max_segments};
+use super::{b2a, lt_public, mul, reciprocal_extra, square, trunc};
+
+/// Ring width k' of the comparisons in [`neg_exp`] and in the row maxima of the softmax
+/// functions: 32 bits. [`neg_exp`] is exact on its branch while |x + 14| < 2^(k'−1−f) =
+/// 8192 (f = 18); the softmax functions need |x| < 4096 for every entry, so that row
+/// differences stay below 8192.
+pub const SOFTMAX_RING_BITS: u32 = 32;
+
+/// Fractional bits inside the squaring chain of [`neg_exp`]: values in [0, 1] at 30 bits,
+/// so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every later
+/// squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
+const NEG_EXP_BITS: u32 = 30;
+
+/// Extra fractional bits of the row reciprocal inside the softmax functions (f + 12).
+const SOFTMAX_RECIP_EXTRA: u32 = 12;
+
+/// How [`neg_exp_with`] and [`softmax_rows_with`] approximate e^x on [−14, 0].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpApprox {
+    /// PUMA's (1 + x/2^t)^(2^t), t = `squarings` (PUMA uses 5). Relative error
+    /// ≈ −x²/2^(t+1): max |out − e^x| = 8.55e-3 (t = 5), 1.05e-3 (t = 8), 5.3e-4 (t = 9).
+    /// Rounds 2t + 1.
+    Puma {
+        /// t, 3 ≤ t ≤ 12.
+        squarings: u32,
+    },
+    /// (1 + y + y²/2)^(2^t) with y = x/2^t: the second-order Taylor base cancels the x²
+    /// term, relative error ≈ x³/(6·4^t): max |out − e^x| = 1.0e-3 (t = 4), 3.5e-6
+    /// (t = 8). Two more rounds than PUMA's at the same t (y² first), so t = 4 costs the
+    /// rounds of PUMA's t = 5 and t = 8 those of PUMA's t = 9, at 8× and 150× lower error.
+    Taylor2 {
+        /// t, 4 ≤ t ≤ 12.
+        squarings: u32,
+    },
+}
+
+impl ExpApprox {
+    /// Rounds of [`neg_exp_with`].
+    pub const fn rounds(self) -> u32 {
+        match self {
+            ExpApprox::Puma { squarings } => {
+                if squarings >= 4 {
+                    2 * squarings + 1
+                } else {
+                    8
+                }
+            }
+            ExpApprox::Taylor2 { squarings } => 2 * squarings + 3,
+        }
+    }
+}
+
+/// e^x for x ≤ 0 by PUMA's negExp: 0 if x < −14, else (1 + x/2^t)^(2^t), t = `squarings`
+/// (PUMA uses t = 5). Output at f fractional bits. Same as [`neg_exp_with`] with
+/// [`ExpApprox::Puma`].
+///
+/// Schedule (PROTOCOLS.md §10), two concurrent branches:
+/// - (a) b = [x < −14] by one comparison in Z_2^32 ([`SOFTMAX_RING_BITS`]), then B2A
+///   (R_LT + 1 = 7 rounds, hidden behind (b) for t ≥ 3);
+/// - (b) the squaring chain at 30 internal fractional bits: with B = x + 2^t (local),
+///   y1 = trunc(B², 2f + 2t − 30) = (1 + x/2^t)² — the division by 2^t is folded into that
+///   truncation —, then t − 2 squarings truncated by 30, and the last one truncated by
+///   60 − f back to f bits: t products and t truncations, 2t rounds;
+/// - join: (1 − b)·y, one product (no truncation: 1 − b is an integer).
+///
+/// **Range** (contract): x ≤ 0 (positive inputs overflow the chain) and |x + 14| < 8192
+/// (the narrow comparison); inputs below −2^(t+1) give garbage in branch (b) that b
+/// zeroes exactly. **Error** (measured, tests/softmax.rs, 2·10^5 points on [−50, 0]):
+/// |out − e^x| ≤ 8.56e-3 at t = 5 and ≤ 1.07e-3 at t = 8 — the approximation's own maxima
+/// max |(1 + x/2^t)^(2^t) − e^x| = 8.55e-3 and 1.05e-3 (near x = −2) — and at most 4e-6
+/// from the protocol.
+///
+/// Rounds: 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17; t = 9: 19), 8 for t = 3.
+/// Bits per element, summed over the parties, with trunc(d) = 64 + 6d:
+/// 414 (comparison) + 384 (B2A) + 192·t (squares) + trunc(2f + 2t − 30) +
+/// (t − 2)·trunc(30) + trunc(60 − f) + 192 (join); f = 18: t = 5 **3158 bits** (≈ 132
+/// bytes per party and element with role rotation), t = 8 4502, t = 9 4950.
+///
+/// # Errors
+/// `Misuse` unless 3 ≤ t ≤ 12, f + t ≤ 31 and f ≤ 30; `Protocol` if a message is
+/// malformed.
+pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares, Error> {
+    neg_exp_with(ctx, x, ExpApprox::Puma { squarings }).await
+}
+
+/// e^x for x ≤ 0: 0 if x < −14, else the chosen approximation ([`ExpApprox`]), output at
+/// f fractional bits. [`ExpApprox::Puma`] is [`neg_exp`]; [`ExpApprox::Taylor2`] first
+/// computes the base B = 1 + y + y²/2 (y = x/2^t) at 30 fractional bits — y is a local
+/// shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs one product and one truncation —
+/// and then squares it t times like [`neg_exp`] (t − 1 truncations by 30, the last by
+/// 60 − f). The cut-off comparison runs alongside, and the join (1 − b)·y is one product.
+///
+/// **Range**: as [`neg_exp`]. **Error** (measured, tests/softmax.rs, 2·10^5 points on
+/// [−50, 0]): Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (approximation 3.5e-6 plus protocol).
+///
+/// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1, Taylor2 2t + 3 (t = 4: **11**, t = 8: 19).
+/// Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 192 (x²) +
+/// trunc(2f + 2t − 29) + 192·t + (t − 1)·trunc(30) + trunc(60 − f) + 192: t = 4: **3152
+/// bits**, t = 8: 4944.
+///
+/// # Errors
+/// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), f + t ≤ 30 (Taylor2; 31
+/// for Puma) and f ≤ 30; `Protocol` if a message is malformed.
+pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let (t, taylor) = match approx {
+        ExpApprox::Puma { squarings } => (squarings, false),
+        ExpApprox::Taylor2 { squarings } => (squarings, true),
+    };
+    let t_min = if taylor { 4 } else { 3 };
+    let ft_max = if taylor {
+        NEG_EXP_BITS
+    } else {
+        NEG_EXP_BITS + 1
+    };
+    if !(t_min..=12).contains(&t) || f + t > ft_max || f > NEG_EXP_BITS {
+        return Err(Error::misuse(
+            "neg_exp: squarings out of range for this fixed-point format",
+        ));
+    }
+    let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
+    let n = x.len();
+    let cutoff = (14u64 << f).wrapping_neg();
+    let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
+    let branch_a = async {
+        let below = lt_public(&mut ca, x, &vec![cutoff; n], width).await?;
+        let b = b2a(&mut ca, &below).await?;
+        Ok::<_, Error>(b.neg().add_public_scalar(1))
+    };
+    let branch_b = async {
+        let c = &mut cb;
+        // y1 = base² at 30 bits; `rest` squarings follow.
+        let (mut y, rest) = if taylor {
+            // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
+            let x2 = square(c, x).await?;
+            let half_y2 = trunc(c, &x2, 2 * f + 2 * t + 1 - NEG_EXP_BITS).await?;
+            let base = x
+                .scale(1u64 << (NEG_EXP_BITS - f - t))
+                .add(&half_y2)?
+                .add_public_scalar(1u64 << NEG_EXP_BITS);
+            (base, t)
+        } else {
+            let base = x.add_public_scalar(1u64 << (t + f));
+            let sq = square(c, &base).await?;
+            (trunc(c, &sq, 2 * f + 2 * t - NEG_EXP_BITS).await?, t - 1)
+        };
+        for _ in 1..rest {
+            let sq = square(c, &y).await?;
+            y = trunc(c, &sq, NEG_EXP_BITS).await?;
+        }
+        let sq = square(c, &y).await?;
+        trunc(c, &sq, 2 * NEG_EXP_BITS - f).await
+    };
+    let (keep, y) = try_join(branch_a, branch_b).await?;
+    mul(&mut ctx, &keep, &y).await
+}
+
+/// Softmax of each row of a `rows × cols` row-major matrix with PUMA's negExp,
+/// t = `squarings`. Same as [`softmax_rows_with`] with every row fully valid and
+/// [`ExpApprox::Puma`]; see there for the method, range, error, rounds and bytes.
+///
+/// Rounds for rows of 32 and t = 5: **39**, whatever the number of rows.
+///
+/// # Errors
+/// As [`softmax_rows_with`].
+pub async fn softmax_rows(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    cols: usize,
+    squarings: u32,
+) -> Result<Shares, Error> {
+    let valid = vec![cols; rows];
+    softmax_rows_with(ctx, x, rows, cols, &valid, ExpApprox::Puma { squarings }).await
+}
+
+/// The valid lengths of causal attention: row i of `rows` queries over `cols` keys sees
+/// keys 0..=cols − rows + i (the queries are the last `rows` positions: rows = cols for a
+/// prompt, a single row per new token with a KV cache).
+///
+/// # Errors
+/// `Misuse` if rows > cols.
+pub fn causal_valid_len(rows: usize, cols: usize) -> Result<Vec<usize>, Error> {
+    if rows > cols {
+        return Err(Error::misuse("causal softmax needs rows <= cols"));
+    }
+    Ok((0..rows).map(|i| cols - rows + 1 + i).collect())
+}
+
+/// Causal softmax with PUMA's negExp: row i sees the keys given by [`causal_valid_len`];
+/// masked entries are dropped and output as exact zeros. See [`softmax_rows_with`].
+///
+/// # Errors
+/// `Misuse` if rows > cols; otherwise as [`softmax_rows_with`].
+pub async fn softmax_rows_causal(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    cols: usize,
+    squarings: u32,
+) -> Result<Shares, Error> {
+    let valid = causal_valid_len(rows, cols)?;
+    softmax_rows_with(ctx, x, rows, cols, &valid, ExpApprox::Puma { squarings }).await
+}
+
+/// Softmax with PUMA's negExp over the first `valid_len[r]` entries of each row. See
+/// [`softmax_rows_with`].
+///
+/// # Errors
+/// As [`softmax_rows_with`].
+pub async fn softmax_rows_masked(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    cols: usize,
+    valid_len: &[usize],
+    squarings: u32,
+) -> Result<Shares, Error> {
+    softmax_rows_with(ctx, x, rows, cols, valid_len, ExpApprox::Puma { squarings }).await
+}
+
+/// Softmax of each row of a `rows × cols` row-major matrix over its first `valid_len[r]`
+/// entries (a public mask: the others are never compared and come out as exact zeros),
+/// after PUMA's softmax (Dong et al. 2023, §5.2; PROTOCOLS.md §10):
+/// 1. m = max of the valid entries (all rows in one [`MaxMethod::default`] run: all pairs
+///    for rows of up to 32, tournament levels first for longer rows), comparisons in
+///    Z_2^32;
+/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), so z ≤ −ε < 0 and every
+///    negExp output is below 1;
+/// 3. e = [`neg_exp_with`]`(z, approx)`;
+/// 4. S = Σ e per row (local), S ∈ [e^−ε, n) for a row of n;
+/// 5. r = 1/S by [`reciprocal_extra`] with lo = f − 1, hi = f + ⌈log2 n_max⌉ and 12 extra
+///    output bits, once per row;
+/// 6. y = trunc(e·r, f + 12), r broadcast along the row.
+///
+/// Rows of different lengths are flattened into one vector: every step runs once for all
+/// rows, so all rows share every round (rounds depend on the longest row only).
+///
+/// **Range** (contract): |x| < 4096 for every valid entry ([`SOFTMAX_RING_BITS`]).
+///
+/// **Error** is that of the exp approximation, propagated through the normalisation; the
+/// protocol adds ≤ 4e-5 (measured against the same approximation evaluated in f64; mostly
+/// the stochastic rounding of negExp's outputs summed over long rows). Measured on rows of
+/// 1…1024 entries uniform in [−50, 50], rows with one dominant entry, rows of equal
+/// entries and tied maxima (tests/softmax.rs, 124121 entries), max |y − softmax(x)|, and
+/// separately on adversarial rows (0, −c, …, −c), c ∈ [1, 10], n up to 1024:
+///
+/// | approx | negExp rounds | random, dominant, equal rows | adversarial rows |
+/// |---|---|---|---|
+/// | Puma t = 5 | 11 | 2.2e-2 | 0.20 |
+/// | Puma t = 9 | 19 | 1.5e-3 | 1.3e-2 |
+/// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
+/// | Taylor2 t = 8 | 19 | 2.0e-5 | 2.4e-4 |
+///
+/// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
+/// below the maximum add up (an f64 evaluation of the approximation alone gives the same
+/// numbers: it is not the protocol); [`ExpApprox::Taylor2`] removes that term for two
+/// rounds. So the targets 2e-2 (t = 5) and 1e-3 (t = 9) hold for PUMA's base only on short
+/// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
+/// on every row tested).
+///
+/// **Rounds** = R_max + R_exp + (R_LT(hi + 2) + 7) + 2 with R_max the rounds of the
+/// maximum ([`crate::proto::max_rows_with`]) for the longest row and R_exp those of
+/// [`ExpApprox::rounds`]: n ≤ 32, Puma t = 5 (or Taylor2 t = 4): 13 + 11 + 13 + 2 =
+/// **39** (PROTOCOLS.md: 41); Puma t = 9 (or Taylor2 t = 8): 47; n = 1024: 5 tournament
+/// levels first, 53 + 11 + 13 + 2 = 79.
+/// **Bits** per row of n (summed over the parties; a third per party with role rotation):
+/// max (n = 32: 220230) + n·negExp (Puma t = 5: 3158) + the row's reciprocal (n ≤ 32: 6490)
+/// plus n·(192 + 64 + 6(f + 12)) (final products and truncations: 436 per entry);
+/// n = 32, Puma t = 5: 220230 + 101056 + 6490 + 13952 = **341728 bits (42.7 KB) per row**,
+/// pinned in tests/softmax.rs.
+///
+/// # Errors
+/// `Misuse` if `x.len() ≠ rows·cols`, `valid_len.len() ≠ rows`, some valid length is 0 or
+/// above `cols`, or for the parameters refused by [`neg_exp_with`]; `Protocol` if a
+/// message is malformed.
+pub async fn softmax_rows_with(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    cols: usize,
+    valid_len: &[usize],
+    approx: ExpApprox,
+) -> Result<Shares, Error> {
+    let total = rows
+        .checked_mul(cols)
+        .ok_or(Error::misuse("rows·cols overflows"))?;
+    if x.len() != total || valid_len.len() != rows {
+        return Err(Error::misuse("softmax shapes do not match"));
+    }
+    if valid_len.iter().any(|&v| v == 0 || v > cols) {
+        return Err(Error::misuse("valid lengths must be in 1..=cols"));
+    }
+    let mut ctx = ctx.fork();
+    let me = x.party();
+    if rows == 0 {
+        return Ok(Shares::zeros(me, 0));
+    }
+    // Flatten the valid entries; remember where each lands.
+    let mut flat_idx = Vec::new();
+    let mut seg_of = Vec::new();
+    let mut layout = Vec::with_capacity(total);
+    for (r, &v) in valid_len.iter().enumerate() {
+        for c in 0..cols {
+            if c < v {
+                layout.push(Some(flat_idx.len()));
+                flat_idx.push(r * cols + c);
+                seg_of.push(r);
+            } else {
+                layout.push(None);
+            }
+        }
+    }
+    let flat = x.gather(&flat_idx)?;
+    let probs = softmax_segments(&mut ctx, &flat, valid_len, &seg_of, approx).await?;
+    let zero_at = probs.len();
+    let idx: Vec<usize> = layout.into_iter().map(|l| l.unwrap_or(zero_at)).collect();
+    Shares::concat(&[&probs, &Shares::zeros(me, 1)])?.gather(&idx)
+}
+
+/// The sum of each consecutive segment (local, exact).
+fn segment_sums(x: &Shares, lens: &[usize]) -> Result<Shares, Error> {
+    let sum = |v: &[u64]| -> Result<Vec<u64>, Error> {
+        let mut out = Vec::with_capacity(lens.len());
+        let mut start = 0usize;
+        for &l in lens {
+            let seg = v
+                .get(start..start + l)
+                .ok_or(Error::bug("segments exceed the vector"))?;
+            out.push(seg.iter().fold(0u64, |a, b| a.wrapping_add(*b)));
+            start += l;
+        }
+        Ok(out)
+    };
+    Ok(Shares::from_parts(x.party(), sum(x.a())?, sum(x.b())?))
+}
+
+/// ⌈log2 n⌉ for n ≥ 1.
+fn ceil_log2(n: usize) -> u32 {
+    usize::BITS - n.saturating_sub(1).leading_zeros()
+}
+
+/// Softmax of consecutive segments of `x` with lengths `lens` (`seg_of[i]` the segment of
+/// element i).
+async fn softmax_segments(
+    ctx: &mut Ctx,
+    x: &Shares,
+    lens: &[usize],
+    seg_of: &[usize],
+    approx: ExpApprox,
+) -> Result<Shares, Error> {
+    let f = ctx.fixed().frac_bits();
+    let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
+    let n_max = lens.iter().copied().max().unwrap_or(1);
+    // 1. Row maxima.
+    let (max, _) = max_segments(ctx, x, lens, width, MaxMethod::default(), false).await?;
+    // 2. z = x − max − ε, ε = 2^−12.
+    let eps = if f >= 12 { 1u64 << (f - 12) } else { 1 };
+    let z = x
+        .sub(&max.gather(seg_of)?)?
+        .add_public_scalar(eps.wrapping_neg());
+    // 3. negExp.
+    let e = neg_exp_with(ctx, &z, approx).await?;
+    // 4. Row sums: e^−ε ≤ S < n, so 2^(f−1) ≤ S·2^f < 2^(f + ⌈log2 n⌉ + 1).
+    let sums = segment_sums(&e, lens)?;
+    // 5. One reciprocal per row.
+    let lo = f - 1;
+    let hi = f + ceil_log2(n_max);
+    let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA).await?;
+    // 6. Broadcast product.
+    let p = mul(ctx, &e, &r.gather(seg_of)?).await?;
+    trunc(ctx, &p, f + SOFTMAX_RECIP_EXTRA).await
+}
