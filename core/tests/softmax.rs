@@ -511,3 +511,31 @@ fn bad_parameters_are_refused() {
     let [a, b, c] = out.into_results().unwrap();
     assert!(a && b && c);
 }
+
+#[test]
+fn other_fixed_point_formats_are_refused_or_work_without_panics() {
+    for frac in [1u32, 8, 12, 30, 40] {
+        let mut cfg = puma_core::Config::new(4);
+        cfg.fixed = FixedPoint::new(frac).unwrap();
+        let out = Sim::new(4).with_config(cfg).run(|_| {
+            |mut ctx: Ctx| async move {
+                let x = ctx.random_shares(3);
+                let x = proto::trunc(&mut ctx, &x, 50).await?;
+                let a = proto::neg_exp(&mut ctx, &x, 5).await.is_ok();
+                let b = proto::neg_exp_with(&mut ctx, &x, TAYLOR4).await.is_ok();
+                let c = proto::softmax_rows(&mut ctx, &x, 1, 3, 5).await.is_ok();
+                let d = proto::reciprocal(&mut ctx, &x, 8, 38).await.is_ok();
+                Ok([a, b, c, d])
+            }
+        });
+        let [r, _, _] = out.into_results().unwrap();
+        println!("f = {frac}: neg_exp, taylor, softmax, reciprocal ok: {r:?}");
+        // f = 18 ± a few bits works; far outside, typed errors (never panics).
+        if frac == 12 {
+            assert_eq!(r, [true, true, true, true]);
+        }
+        if frac == 40 {
+            assert_eq!(r, [false, false, false, false]);
+        }
+    }
+}

@@ -89,7 +89,7 @@ impl ExpApprox {
 /// bytes per party and element with role rotation), t = 8 4502, t = 9 4950.
 ///
 /// # Errors
-/// `Misuse` unless 3 ≤ t ≤ 12, f + t ≤ 31 and f ≤ 30; `Protocol` if a message is
+/// `Misuse` unless 3 ≤ t ≤ 12, 16 ≤ f + t ≤ 31 and f ≤ 30; `Protocol` if a message is
 /// malformed.
 pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares, Error> {
     neg_exp_with(ctx, x, ExpApprox::Puma { squarings }).await
@@ -111,8 +111,8 @@ pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares
 /// bits**, t = 8: 4944.
 ///
 /// # Errors
-/// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), f + t ≤ 30 (Taylor2; 31
-/// for Puma) and f ≤ 30; `Protocol` if a message is malformed.
+/// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
+/// 16 ≤ f + t ≤ 31 for Puma) and f ≤ 30; `Protocol` if a message is malformed.
 pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
@@ -131,6 +131,17 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
             "neg_exp: squarings out of range for this fixed-point format",
         ));
     }
+    // Truncation of the first square: (1 + x/2^t)² from 2f + 2t to 30 bits (PUMA), or
+    // x²/2^(2t+1) from 2f to 30 bits (Taylor2); both must be a right shift.
+    let misuse = || Error::misuse("neg_exp needs more fractional bits (f + t too small)");
+    let first_shift = if taylor {
+        (2 * f + 2 * t + 1).checked_sub(NEG_EXP_BITS)
+    } else {
+        (2 * f + 2 * t).checked_sub(NEG_EXP_BITS)
+    }
+    .filter(|&d| d >= 1)
+    .ok_or_else(misuse)?;
+    let y_shift = NEG_EXP_BITS.checked_sub(f + t).ok_or_else(misuse)?;
     let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
     let n = x.len();
     let cutoff = (14u64 << f).wrapping_neg();
@@ -146,16 +157,16 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
         let (mut y, rest) = if taylor {
             // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
             let x2 = square(c, x).await?;
-            let half_y2 = trunc(c, &x2, 2 * f + 2 * t + 1 - NEG_EXP_BITS).await?;
+            let half_y2 = trunc(c, &x2, first_shift).await?;
             let base = x
-                .scale(1u64 << (NEG_EXP_BITS - f - t))
+                .scale(1u64 << y_shift)
                 .add(&half_y2)?
                 .add_public_scalar(1u64 << NEG_EXP_BITS);
             (base, t)
         } else {
             let base = x.add_public_scalar(1u64 << (t + f));
             let sq = square(c, &base).await?;
-            (trunc(c, &sq, 2 * f + 2 * t - NEG_EXP_BITS).await?, t - 1)
+            (trunc(c, &sq, first_shift).await?, t - 1)
         };
         for _ in 1..rest {
             let sq = square(c, &y).await?;
