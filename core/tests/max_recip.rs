@@ -253,7 +253,13 @@ fn vocabulary_argmax_by_hybrid_tournament() {
     check_argmax(&vals, 1, n, &opened[0], &opened[1]);
     assert_eq!(opened[1][31_000], 1);
     assert_eq!(out.rounds(), 2 + 113);
-    println!("vocabulary argmax bytes {:?}", out.payload_bytes());
+    // Minus the input (8n from P0) and the re-randomisation (8n each): the argmax alone
+    // sends [3209926, 3209845, 3210017] bytes, 9.63 MB in total.
+    let n8 = 8 * n as u64;
+    assert_eq!(
+        out.payload_bytes(),
+        [3_209_926 + 2 * n8, 3_209_845 + n8, 3_210_017 + n8]
+    );
 }
 
 /// Log-uniform inputs over [2^−10, 2^20] (raw 2^8 … 2^38) plus edges: powers of two,
