@@ -621,3 +621,42 @@ fn empty_inputs_and_misuse() {
         assert!(r.iter().all(|&e| e), "{r:?}");
     }
 }
+
+fn gelu_tanh_exact(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// The precise even-polynomial GeLU: ≤ 1.3e-4 from the exact erf form and ≤ 1e-4 from the
+/// tanh form on [−10, 10] (10^5 points plus the breakpoints ±1 ulp), in 10 rounds.
+#[test]
+fn gelu_precise_accuracy_and_rounds() {
+    let fx = fx();
+    let n = 100_000u64;
+    let mut xs: Vec<u64> = (0..=n)
+        .map(|i| fx.encode(-10.0 + 20.0 * i as f64 / n as f64).unwrap())
+        .collect();
+    for c in [-4.0, 4.0, 0.0] {
+        let q = fx.encode(c).unwrap();
+        xs.extend_from_slice(&[q.wrapping_sub(1), q, q.wrapping_add(1)]);
+    }
+    for (form, exact, bound) in [
+        (proto::GeluForm::Erf, gelu_exact as fn(f64) -> f64, 1.3e-4),
+        (
+            proto::GeluForm::Tanh,
+            gelu_tanh_exact as fn(f64) -> f64,
+            1.0e-4,
+        ),
+    ] {
+        let (y, out) = run_on(21, xs.clone(), move |mut ctx, x| async move {
+            proto::gelu_precise(&mut ctx, &x, form).await
+        });
+        assert_eq!(out.rounds(), 2 + 10);
+        let mut max_err = 0.0f64;
+        for (&raw, &yv) in xs.iter().zip(&y) {
+            let x = fx.decode(raw);
+            max_err = max_err.max((fx.decode(yv) - exact(x)).abs());
+        }
+        println!("gelu_precise {form:?}: max |err| {max_err:.3e}");
+        assert!(max_err <= bound, "{form:?}: max err {max_err}");
+    }
+}

@@ -349,6 +349,144 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
     join_pieces(&mut ctx, &bits, &[None, Some(&p0), Some(&p1), Some(x)]).await
 }
 
+/// Which GeLU a model uses: the exact x·Φ(x) (`"gelu"`) or the tanh form of GPT-2
+/// (`"gelu_new"`), 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeluForm {
+    /// x·Φ(x), with the error function.
+    Erf,
+    /// GPT-2's tanh approximation.
+    Tanh,
+}
+
+/// Even minimax coefficients e_0 … e_8 of h(x) = GeLU(x) − x/2 on [−4, 4] in powers of x²
+/// (h is even: x·(Φ(x) − ½)); fitted here by iteratively reweighted least squares.
+const PRECISE_ERF: [f64; 9] = [
+    3.379_340_683_269_526_5e-5,
+    0.398_557_587_611_831_9,
+    -0.065_779_594_476_583_76,
+    0.009_461_000_440_287_29,
+    -0.000_996_943_053_623_707_2,
+    7.369_843_081_975_552e-5,
+    -3.577_704_188_242_707e-6,
+    1.013_114_864_466_258e-7,
+    -1.258_268_544_912_510_8e-9,
+];
+
+/// As [`PRECISE_ERF`] for the tanh form.
+const PRECISE_TANH: [f64; 9] = [
+    4.187_240_805_612_512e-5,
+    0.398_475_514_321_268_8,
+    -0.065_966_948_423_587_47,
+    0.009_600_515_597_250_827,
+    -0.001_031_755_672_321_154_8,
+    7.802_417_243_442_402e-5,
+    -3.869_787_692_213_199_5e-6,
+    1.115_950_333_356_596_8e-7,
+    -1.406_499_472_444_977_5e-9,
+];
+
+/// Fractional bits of the powers t^(2i) in [`gelu_precise`] (|t| ≤ 1 in range).
+const POWER_BITS: u32 = 28;
+/// Fractional bits of the scaled coefficients in [`gelu_precise`].
+const PRECISE_COEFF_BITS: u32 = 20;
+
+/// GeLU to about 1e-4: 0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, where
+/// E(x) = Σ_{i≤8} e_i x^(2i) is an even degree-16 minimax fit of GeLU(x) − x/2 =
+/// x·(Φ(x) − ½) (an even function, so no |x| is needed). Same shape as PUMA's GeLU and
+/// PROTOCOLS.md's SiLU; this crate's design, for models whose logits must match plaintext
+/// closely.
+///
+/// Schedule: branch A, b0 = `[x < −4]`, b1 = `[x < 4]` in one batched MSB (6 rounds at
+/// k' = 32) and one B2A (1); branch B, with t = x/4 and powers at 28 fractional bits: t²
+/// (square + trunc), t⁴, {t⁶, t⁸}, {t¹⁰, t¹², t¹⁴, t¹⁶} (one mul + trunc round pair each
+/// level, all products of a level batched), then x/2 + Σ k_i t^(2i) with k_i = e_i·16^i at 20
+/// fractional bits, truncated once (1): 9 rounds. Join: (b1 − b0)·P + (1 − b1)·x, one
+/// fused sum of products (1).
+///
+/// **Error** (measured, tests/gelu_layernorm.rs): max |err| vs the exact form ≤ 1.3e-4 on
+/// [−10, 10] (the cut at ±4 costs 4·Φ(−4) = 1.27e-4 for `Erf`, 7e-5 for `Tanh`). **Range**:
+/// as [`gelu`], |x| < 8188.
+///
+/// Rounds: 10. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
+/// 8·192 (products) + 8 truncations by 28 or 30 bits + 1 by 30 + 192 (join), about 6000.
+///
+/// # Errors
+/// `Protocol` if a message is malformed.
+pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let width = Width::new(ACTIVATION_RING_BITS).ok_or(Error::bug("activation width"))?;
+    let breakpoints = [encode_at(-4.0, f)?, encode_at(4.0, f)?];
+    let e = match form {
+        GeluForm::Erf => PRECISE_ERF,
+        GeluForm::Tanh => PRECISE_TANH,
+    };
+    let (p, q) = (POWER_BITS, PRECISE_COEFF_BITS);
+    if 2 * f + 4 < p {
+        return Err(Error::misuse(
+            "gelu_precise needs at least 12 fractional bits",
+        ));
+    }
+    let mut k = Vec::with_capacity(e.len());
+    let mut scale = 1.0;
+    for (i, c) in e.iter().enumerate() {
+        // The constant term sits at p + q bits, the others multiply p-bit powers.
+        k.push(encode_at(c * scale, if i == 0 { p + q } else { q })?);
+        scale *= 16.0;
+    }
+    let half = 1u64 << (p + q - f - 1);
+
+    let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_b = async {
+        let c = &mut cbx;
+        let n = x.len();
+        // t² = x²/16 at p bits: x² has 2f bits.
+        let x2 = square(c, x).await?;
+        let t2 = trunc(c, &x2, 2 * f + 4 - p).await?;
+        let t2sq = square(c, &t2).await?;
+        let t4 = trunc(c, &t2sq, p).await?;
+        let lvl3 = mul(
+            c,
+            &Shares::concat(&[&t4, &t4])?,
+            &Shares::concat(&[&t2, &t4])?,
+        )
+        .await?;
+        let lvl3 = trunc(c, &lvl3, p).await?;
+        let (t6, t8) = lvl3.split_at(n)?;
+        let lvl4 = mul(
+            c,
+            &Shares::concat(&[&t8, &t8, &t8, &t8])?,
+            &Shares::concat(&[&t2, &t4, &t6, &t8])?,
+        )
+        .await?;
+        let lvl4 = trunc(c, &lvl4, p).await?;
+        let t10 = lvl4.slice(0..n)?;
+        let t12 = lvl4.slice(n..2 * n)?;
+        let t14 = lvl4.slice(2 * n..3 * n)?;
+        let t16 = lvl4.slice(3 * n..4 * n)?;
+        let kk = |i: usize| k.get(i).copied().unwrap_or(0);
+        let poly = lincomb(
+            &[
+                (x, half),
+                (&t2, kk(1)),
+                (&t4, kk(2)),
+                (&t6, kk(3)),
+                (&t8, kk(4)),
+                (&t10, kk(5)),
+                (&t12, kk(6)),
+                (&t14, kk(7)),
+                (&t16, kk(8)),
+            ],
+            kk(0),
+        )?;
+        trunc(c, &poly, p + q - f).await
+    };
+    let (bits, poly) = try_join(branch_a, branch_b).await?;
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
+}
+
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (PROTOCOLS.md §10, the
 /// verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
 /// narrow ring of [`ACTIVATION_RING_BITS`] = 32 bits:

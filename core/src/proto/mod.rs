@@ -24,7 +24,7 @@ mod trunc;
 pub use and::and;
 pub use b2a::{b2a, mul_bit, select};
 pub use eq::{embed, eq, eq_public, one_hot};
-pub use gelu::{ACTIVATION_RING_BITS, GeluFit, gelu, gelu_with, silu};
+pub use gelu::{ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_precise, gelu_with, silu};
 pub use input::share_input;
 pub use layernorm::layernorm_rows;
 pub use matmul::{matmul, matmul_batch, matmul_fixed};
@@ -35,11 +35,11 @@ pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
+pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, causal_valid_len, neg_exp, neg_exp_with, softmax_rows,
     softmax_rows_causal, softmax_rows_masked, softmax_rows_with,
 };
-pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use trunc::trunc;
 
 use alloc::vec::Vec;

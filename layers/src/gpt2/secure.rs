@@ -1,0 +1,733 @@
+//! GPT-2 under three-party secure computation: the model owner shares the weights, the client
+//! shares its prompt, the parties evaluate the network on shares, and only the client learns
+//! the output (logits, or only the generated ids).
+//!
+//! Every layer runs on [`puma_core::proto`]: matrix products with one truncation, PUMA's
+//! LayerNorm, GeLU and softmax, all rows and heads of a layer in the same rounds. A
+//! secret-shared KV cache makes each generated token cost one row of work.
+
+use puma_core::proto::{ExpApprox, GeluFit, GeluForm};
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Width, proto};
+
+use crate::checkpoint::Gpt2Weights;
+use crate::config::{Activation, Gpt2Config};
+
+/// How the client learns the result of each generation step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputMode {
+    /// The last position's logits are revealed to the client, which picks the next id and
+    /// shares its one-hot for the next step.
+    RevealLogits,
+    /// The parties compute the argmax securely and reveal only the id to the client.
+    SecureArgmax,
+    /// Generated ids stay shared (the argmax one-hot embeds the next token) and are revealed
+    /// to the client only at the end.
+    Private,
+}
+
+/// Which approximation of GeLU the secure model evaluates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GeluApprox {
+    /// A piecewise polynomial of PUMA's shape and cost (8 rounds): [`GeluFit::PUMA`] (max
+    /// error 0.0199) or [`GeluFit::MINIMAX`] (1.75e-3).
+    Piecewise(GeluFit),
+    /// [`proto::gelu_precise`] for the model's GeLU form (10 rounds, max error ≤ 1.3e-4):
+    /// needed for logits within 2e-2 of plaintext on trained checkpoints.
+    Precise,
+}
+
+/// Settings of the secure evaluation.
+#[derive(Clone, Copy, Debug)]
+pub struct SecureSettings {
+    /// The exponential inside softmax (PUMA: (1 + x/32)^32). The default, the second-order
+    /// base with 8 squarings, is ~150 times more accurate than PUMA's t = 9 at its rounds.
+    pub softmax_exp: ExpApprox,
+    /// Ring width of the comparisons in max/argmax over the logits.
+    pub logit_compare_width: Width,
+    /// The GeLU approximation.
+    pub gelu: GeluApprox,
+}
+
+impl Default for SecureSettings {
+    fn default() -> Self {
+        SecureSettings {
+            softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
+            logit_compare_width: Width::W64,
+            gelu: GeluApprox::Precise,
+        }
+    }
+}
+
+/// One block's shared weights.
+struct SharedBlock {
+    ln_1: (Shares, Shares),
+    attn_w: Shares,
+    attn_b: Shares,
+    proj_w: Shares,
+    proj_b: Shares,
+    ln_2: (Shares, Shares),
+    fc_w: Shares,
+    fc_b: Shares,
+    fc_proj_w: Shares,
+    fc_proj_b: Shares,
+}
+
+/// One party's shares of a GPT-2 model.
+pub struct SharedGpt2 {
+    cfg: Gpt2Config,
+    /// `V × d`, for embedding one-hot rows.
+    wte: Shares,
+    /// `d × V`, the tied LM head (a local transpose of the LM head matrix).
+    head_t: Shares,
+    wpe: Shares,
+    blocks: Vec<SharedBlock>,
+    ln_f: (Shares, Shares),
+}
+
+impl std::fmt::Debug for SharedGpt2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SharedGpt2 {{ party: {}, layers: {} }}",
+            self.wte.party(),
+            self.blocks.len()
+        )
+    }
+}
+
+/// Sizes of every tensor in sharing order, so that all parties split the one shared
+/// vector the same way.
+fn tensor_sizes(cfg: &Gpt2Config) -> Vec<usize> {
+    let (d, v, p, inner) = (cfg.n_embd, cfg.vocab_size, cfg.n_positions, cfg.n_inner);
+    let mut sizes = vec![v * d, p * d];
+    for _ in 0..cfg.n_layer {
+        sizes.extend_from_slice(&[
+            d,
+            d,
+            d * 3 * d,
+            3 * d,
+            d * d,
+            d,
+            d,
+            d,
+            d * inner,
+            inner,
+            inner * d,
+            d,
+        ]);
+    }
+    sizes.extend_from_slice(&[d, d]);
+    sizes
+}
+
+fn push_array(out: &mut Vec<f64>, a: impl IntoIterator<Item = f64>) {
+    out.extend(a);
+}
+
+/// The owner's plaintext tensors flattened in sharing order. The query columns of the
+/// attention weights and bias are pre-scaled by 1/√head_dim, which folds the attention
+/// scaling into the shared weights for free.
+fn flatten_weights(cfg: &Gpt2Config, w: &Gpt2Weights) -> Vec<f64> {
+    let d = cfg.n_embd;
+    let scale = 1.0 / (cfg.head_dim() as f64).sqrt();
+    let mut out = Vec::new();
+    push_array(&mut out, w.wte.iter().copied());
+    push_array(&mut out, w.wpe.iter().copied());
+    for b in &w.blocks {
+        push_array(&mut out, b.ln_1.gamma.iter().copied());
+        push_array(&mut out, b.ln_1.beta.iter().copied());
+        for ((_, c), v) in b.attn_w.indexed_iter() {
+            out.push(if c < d { v * scale } else { *v });
+        }
+        for (c, v) in b.attn_b.iter().enumerate() {
+            out.push(if c < d { v * scale } else { *v });
+        }
+        push_array(&mut out, b.proj_w.iter().copied());
+        push_array(&mut out, b.proj_b.iter().copied());
+        push_array(&mut out, b.ln_2.gamma.iter().copied());
+        push_array(&mut out, b.ln_2.beta.iter().copied());
+        push_array(&mut out, b.fc_w.iter().copied());
+        push_array(&mut out, b.fc_b.iter().copied());
+        push_array(&mut out, b.fc_proj_w.iter().copied());
+        push_array(&mut out, b.fc_proj_b.iter().copied());
+    }
+    push_array(&mut out, w.ln_f.gamma.iter().copied());
+    push_array(&mut out, w.ln_f.beta.iter().copied());
+    out
+}
+
+/// Cuts consecutive tensors out of one shared vector (copying each piece once).
+struct Cursor<'a> {
+    all: &'a Shares,
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> Result<Shares, Error> {
+        let piece = self.all.slice(self.at..self.at + n)?;
+        self.at += n;
+        Ok(piece)
+    }
+}
+
+impl SharedGpt2 {
+    /// Shares the model: `owner` passes its weights (`Some` only there); every party passes
+    /// the same public config. All tensors travel as one masked vector from the owner.
+    ///
+    /// Rounds: 1. Bytes: 8 per parameter from the owner (the tied LM head once: its
+    /// transpose is a local permutation).
+    ///
+    /// # Errors
+    /// `Misuse` if the owner's weights do not match the config or do not fit the fixed-point
+    /// format; `Protocol` on a malformed message.
+    pub async fn share(
+        ctx: &mut Ctx,
+        owner: PartyId,
+        cfg: &Gpt2Config,
+        weights: Option<&Gpt2Weights>,
+    ) -> Result<SharedGpt2, Error> {
+        let sizes = tensor_sizes(cfg);
+        let total: usize = sizes.iter().sum();
+        let fx = ctx.fixed();
+        let encoded = match (ctx.me() == owner, weights) {
+            (true, Some(w)) => {
+                w.check_shapes(cfg)
+                    .map_err(|_| Error::misuse("weights do not match the config"))?;
+                if w.lm_head.is_some() {
+                    return Err(Error::misuse("only GPT-2's tied LM head is supported"));
+                }
+                let flat = flatten_weights(cfg, w);
+                if flat.len() != total {
+                    return Err(Error::misuse("weights do not match the config"));
+                }
+                Some(fx.encode_slice(&flat)?)
+            }
+            (true, None) => return Err(Error::misuse("the model owner must pass the weights")),
+            (false, _) => None,
+        };
+        let all = proto::share_input(ctx, owner, encoded.as_deref(), total).await?;
+        let mut rest = Cursor { all: &all, at: 0 };
+        let wte = rest.take(sizes[0])?;
+        let wpe = rest.take(sizes[1])?;
+        // The LM head is tied to wte: its transpose is a local permutation of the shares.
+        let (v, d) = (cfg.vocab_size, cfg.n_embd);
+        let transpose: Vec<usize> = (0..d)
+            .flat_map(|j| (0..v).map(move |t| t * d + j))
+            .collect();
+        let head_t = wte.gather(&transpose)?;
+        let (d, inner) = (cfg.n_embd, cfg.n_inner);
+        let mut blocks = Vec::with_capacity(cfg.n_layer);
+        for _ in 0..cfg.n_layer {
+            blocks.push(SharedBlock {
+                ln_1: (rest.take(d)?, rest.take(d)?),
+                attn_w: rest.take(d * 3 * d)?,
+                attn_b: rest.take(3 * d)?,
+                proj_w: rest.take(d * d)?,
+                proj_b: rest.take(d)?,
+                ln_2: (rest.take(d)?, rest.take(d)?),
+                fc_w: rest.take(d * inner)?,
+                fc_b: rest.take(inner)?,
+                fc_proj_w: rest.take(inner * d)?,
+                fc_proj_b: rest.take(d)?,
+            });
+        }
+        let ln_f = (rest.take(d)?, rest.take(d)?);
+        Ok(SharedGpt2 {
+            cfg: cfg.clone(),
+            wte,
+            head_t,
+            wpe,
+            blocks,
+            ln_f,
+        })
+    }
+
+    /// The public configuration.
+    pub fn config(&self) -> &Gpt2Config {
+        &self.cfg
+    }
+}
+
+/// Per-block secret-shared keys and values of all positions so far, per head (`T × hd`).
+#[derive(Debug, Default)]
+pub struct SharedKvCache {
+    keys: Vec<Vec<Shares>>,
+    values: Vec<Vec<Shares>>,
+    len: usize,
+}
+
+impl SharedKvCache {
+    /// Positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Adds a shared bias of length `n` to every row of an `rows × n` matrix.
+fn add_bias(x: &Shares, bias: &Shares, rows: usize) -> Result<Shares, Error> {
+    let n = bias.len();
+    let idx: Vec<usize> = (0..rows * n).map(|i| i % n).collect();
+    x.add(&bias.gather(&idx)?)
+}
+
+/// `x · w + b` for an `rows × k` input and a `k × n` weight, one truncation.
+async fn linear(
+    ctx: &mut Ctx,
+    x: &Shares,
+    w: &Shares,
+    b: &Shares,
+    rows: usize,
+) -> Result<Shares, Error> {
+    let n = b.len();
+    let k = w.len() / n.max(1);
+    let y = proto::matmul_fixed(ctx, x, w, rows, k, n).await?;
+    add_bias(&y, b, rows)
+}
+
+/// The communication attributed to each layer kind, in payload bytes sent by this party and
+/// epochs spent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayerCosts {
+    /// (kind, bytes, epochs) in first-use order.
+    pub entries: Vec<(&'static str, u64, u32)>,
+}
+
+impl LayerCosts {
+    fn add(&mut self, kind: &'static str, before: puma_core::Meter, after: puma_core::Meter) {
+        let bytes = after.payload_bytes_sent - before.payload_bytes_sent;
+        let epochs = after.epoch - before.epoch;
+        match self.entries.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some(e) => {
+                e.1 += bytes;
+                e.2 += epochs;
+            }
+            None => self.entries.push((kind, bytes, epochs)),
+        }
+    }
+}
+
+/// Events for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress {
+    /// Block `layer` of the current step finished.
+    Layer {
+        /// The generation step (0 = the prompt).
+        step: usize,
+        /// The block index.
+        layer: usize,
+    },
+    /// A generation step finished.
+    Step {
+        /// The generation step (0 = the prompt).
+        step: usize,
+    },
+}
+
+/// A progress observer (called by every party; a display usually listens to one).
+pub type Observer = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
+
+#[allow(clippy::too_many_arguments)]
+/// Evaluates the blocks on `x` (`rows × d`, the embeddings of positions `cache.len()..`),
+/// extending the cache; returns the final hidden states before `ln_f`.
+async fn blocks_forward(
+    ctx: &mut Ctx,
+    model: &SharedGpt2,
+    mut x: Shares,
+    rows: usize,
+    cache: &mut SharedKvCache,
+    settings: &SecureSettings,
+    costs: &mut LayerCosts,
+    step: usize,
+    observer: Option<&Observer>,
+) -> Result<Shares, Error> {
+    let cfg = &model.cfg;
+    let (d, h, hd) = (cfg.n_embd, cfg.n_head, cfg.head_dim());
+    let past = cache.len;
+    let total = past + rows;
+    let f = ctx.fixed().frac_bits();
+    if cache.keys.is_empty() {
+        cache.keys = (0..cfg.n_layer).map(|_| Vec::new()).collect();
+        cache.values = (0..cfg.n_layer).map(|_| Vec::new()).collect();
+    }
+    for (layer, blk) in model.blocks.iter().enumerate() {
+        let m0 = ctx.meter();
+        let a = proto::layernorm_rows(
+            ctx,
+            &x,
+            rows,
+            d,
+            &blk.ln_1.0,
+            &blk.ln_1.1,
+            cfg.layer_norm_epsilon,
+        )
+        .await?;
+        let m1 = ctx.meter();
+        costs.add("layernorm", m0, m1);
+        let qkv = linear(ctx, &a, &blk.attn_w, &blk.attn_b, rows).await?;
+        let m2 = ctx.meter();
+        costs.add("linear", m1, m2);
+        // Split heads: q, new k and new v as H × rows × hd.
+        let head_idx = |part: usize| -> Vec<usize> {
+            let mut idx = Vec::with_capacity(h * rows * hd);
+            for hh in 0..h {
+                for i in 0..rows {
+                    for j in 0..hd {
+                        idx.push(i * 3 * d + part * d + hh * hd + j);
+                    }
+                }
+            }
+            idx
+        };
+        let q = qkv.gather(&head_idx(0))?;
+        let k_new = qkv.gather(&head_idx(1))?;
+        let v_new = qkv.gather(&head_idx(2))?;
+        let (keys, values) = match (cache.keys.get_mut(layer), cache.values.get_mut(layer)) {
+            (Some(k), Some(v)) => (k, v),
+            _ => return Err(Error::bug("KV cache has the wrong number of layers")),
+        };
+        if keys.is_empty() {
+            *keys = (0..h).map(|_| Shares::zeros(ctx.me(), 0)).collect();
+            *values = (0..h).map(|_| Shares::zeros(ctx.me(), 0)).collect();
+        }
+        for hh in 0..h {
+            let ks = k_new.slice(hh * rows * hd..(hh + 1) * rows * hd)?;
+            let vs = v_new.slice(hh * rows * hd..(hh + 1) * rows * hd)?;
+            let (kc, vc) = match (keys.get_mut(hh), values.get_mut(hh)) {
+                (Some(k), Some(v)) => (k, v),
+                _ => return Err(Error::bug("KV cache has the wrong number of heads")),
+            };
+            *kc = Shares::concat(&[kc, &ks])?;
+            *vc = Shares::concat(&[vc, &vs])?;
+        }
+        // K^T per head (hd × total), stacked.
+        let mut kt_parts = Vec::with_capacity(h);
+        let kt_idx: Vec<usize> = (0..hd)
+            .flat_map(|j| (0..total).map(move |t| t * hd + j))
+            .collect();
+        for kc in keys.iter() {
+            kt_parts.push(kc.gather(&kt_idx)?);
+        }
+        let kt = Shares::concat(&kt_parts.iter().collect::<Vec<_>>())?;
+        let vcat = Shares::concat(&values.iter().collect::<Vec<_>>())?;
+        // Scores (the 1/√hd scaling is folded into the query weights).
+        let scores = proto::matmul_batch(ctx, &q, &kt, h, (rows, hd, total)).await?;
+        let scores = proto::trunc(ctx, &scores, f).await?;
+        let m3 = ctx.meter();
+        costs.add("attention matmul", m2, m3);
+        let probs = causal_softmax(ctx, &scores, h, rows, past, settings.softmax_exp).await?;
+        let m4 = ctx.meter();
+        costs.add("softmax", m3, m4);
+        let ctxv = proto::matmul_batch(ctx, &probs, &vcat, h, (rows, total, hd)).await?;
+        let ctxv = proto::trunc(ctx, &ctxv, f).await?;
+        // Merge heads back to rows × d.
+        let merge: Vec<usize> = (0..rows)
+            .flat_map(|i| {
+                (0..h).flat_map(move |hh| (0..hd).map(move |j| hh * rows * hd + i * hd + j))
+            })
+            .collect();
+        let merged = ctxv.gather(&merge)?;
+        let m5 = ctx.meter();
+        costs.add("attention matmul", m4, m5);
+        let attn_out = linear(ctx, &merged, &blk.proj_w, &blk.proj_b, rows).await?;
+        x = x.add(&attn_out)?;
+        let m6 = ctx.meter();
+        costs.add("linear", m5, m6);
+        let a2 = proto::layernorm_rows(
+            ctx,
+            &x,
+            rows,
+            d,
+            &blk.ln_2.0,
+            &blk.ln_2.1,
+            cfg.layer_norm_epsilon,
+        )
+        .await?;
+        let m7 = ctx.meter();
+        costs.add("layernorm", m6, m7);
+        let hidden = linear(ctx, &a2, &blk.fc_w, &blk.fc_b, rows).await?;
+        let m8 = ctx.meter();
+        costs.add("linear", m7, m8);
+        let act = match settings.gelu {
+            GeluApprox::Piecewise(fit) => proto::gelu_with(ctx, &hidden, &fit).await?,
+            GeluApprox::Precise => {
+                let form = match cfg.activation {
+                    Activation::GeluErf => GeluForm::Erf,
+                    Activation::GeluTanh => GeluForm::Tanh,
+                };
+                proto::gelu_precise(ctx, &hidden, form).await?
+            }
+        };
+        let m9 = ctx.meter();
+        costs.add("gelu", m8, m9);
+        let mlp = linear(ctx, &act, &blk.fc_proj_w, &blk.fc_proj_b, rows).await?;
+        x = x.add(&mlp)?;
+        costs.add("linear", m9, ctx.meter());
+        if let Some(obs) = observer {
+            obs(Progress::Layer { step, layer });
+        }
+    }
+    cache.len = total;
+    Ok(x)
+}
+
+/// Softmax of each score row over the keys it may see: row i of every head (query position
+/// `past + i`) sees keys `0..=past + i`. The mask is public, so masked positions are never
+/// compared and come back as exact zeros; all rows of all heads share the rounds.
+async fn causal_softmax(
+    ctx: &mut Ctx,
+    scores: &Shares,
+    heads: usize,
+    rows: usize,
+    past: usize,
+    exp: ExpApprox,
+) -> Result<Shares, Error> {
+    let total = past + rows;
+    let valid: Vec<usize> = (0..heads)
+        .flat_map(|_| (0..rows).map(move |i| past + i + 1))
+        .collect();
+    proto::softmax_rows_with(ctx, scores, heads * rows, total, &valid, exp).await
+}
+
+/// One forward pass over a whole sequence, revealing the logits of **every** position to
+/// the client (for perplexity and element-wise checks against a reference). The client
+/// passes its ids (`Some` at the client only); `len` is public. Returns the `len × V`
+/// logits (row-major) at the client and `None` elsewhere.
+///
+/// # Errors
+/// `Misuse` for an empty or too long input or ids outside the vocabulary; `Protocol` on a
+/// malformed message.
+pub async fn forward_logits(
+    ctx: &mut Ctx,
+    model: &SharedGpt2,
+    client: PartyId,
+    ids: Option<&[u32]>,
+    len: usize,
+    settings: &SecureSettings,
+) -> Result<Option<Vec<f64>>, Error> {
+    let cfg = &model.cfg;
+    let (d, v) = (cfg.n_embd, cfg.vocab_size);
+    if len == 0 || len > cfg.n_positions {
+        return Err(Error::misuse("input length must be in 1..=n_positions"));
+    }
+    let me = ctx.me();
+    let values = match (me == client, ids) {
+        (true, Some(p)) => {
+            if p.len() != len || p.iter().any(|&id| id as usize >= v) {
+                return Err(Error::misuse("ids must be len ids below vocab_size"));
+            }
+            let mut hot = vec![0u64; len * v];
+            for (t, &id) in p.iter().enumerate() {
+                hot[t * v + id as usize] = 1;
+            }
+            Some(hot)
+        }
+        (true, None) => return Err(Error::misuse("the client must pass its ids")),
+        (false, _) => None,
+    };
+    let onehot = proto::share_input(ctx, client, values.as_deref(), len * v).await?;
+    let emb = proto::matmul(ctx, &onehot, &model.wte, len, v, d).await?;
+    let x = emb.add(&model.wpe.slice(0..len * d)?)?;
+    let mut cache = SharedKvCache::default();
+    let mut costs = LayerCosts::default();
+    let hidden = blocks_forward(
+        ctx, model, x, len, &mut cache, settings, &mut costs, 0, None,
+    )
+    .await?;
+    let hidden = proto::layernorm_rows(
+        ctx,
+        &hidden,
+        len,
+        d,
+        &model.ln_f.0,
+        &model.ln_f.1,
+        cfg.layer_norm_epsilon,
+    )
+    .await?;
+    let logits = proto::matmul_fixed(ctx, &hidden, &model.head_t, len, d, v).await?;
+    let fx = ctx.fixed();
+    Ok(proto::reveal_to(ctx, &logits, client)
+        .await?
+        .map(|raw| fx.decode_slice(&raw)))
+}
+
+/// What one secure generation produced at one party.
+#[derive(Clone, Debug, Default)]
+pub struct Generation {
+    /// The generated ids, at the client only (empty elsewhere).
+    pub ids: Vec<u32>,
+    /// The revealed last-position logits of each step (client only, `RevealLogits` mode).
+    pub logits: Vec<Vec<f64>>,
+    /// Communication per layer kind at this party.
+    pub costs: LayerCosts,
+    /// Payload bytes and epochs of the prompt step and of each further step.
+    pub step_costs: Vec<(u64, u32)>,
+}
+
+/// Greedy generation of `max_new` tokens under secure computation.
+///
+/// The client passes its prompt ids (`Some` at the client only); every party passes the
+/// prompt length, which is public. Ties in the argmax go to the lowest id.
+///
+/// # Errors
+/// `Misuse` for an empty or too long prompt or ids outside the vocabulary; `Protocol` on a
+/// malformed message.
+#[allow(clippy::too_many_arguments)]
+pub async fn generate(
+    ctx: &mut Ctx,
+    model: &SharedGpt2,
+    client: PartyId,
+    prompt: Option<&[u32]>,
+    prompt_len: usize,
+    max_new: usize,
+    mode: OutputMode,
+    settings: &SecureSettings,
+    observer: Option<Observer>,
+) -> Result<Generation, Error> {
+    let cfg = &model.cfg;
+    let (d, v) = (cfg.n_embd, cfg.vocab_size);
+    if prompt_len == 0 || prompt_len + max_new > cfg.n_positions {
+        return Err(Error::misuse(
+            "prompt length must be in 1..=n_positions - max_new",
+        ));
+    }
+    let me = ctx.me();
+    let fx: FixedPoint = ctx.fixed();
+    let mut out = Generation::default();
+    let mut cache = SharedKvCache::default();
+    let mut generated_shared: Vec<Shares> = Vec::new();
+    // The first step's one-hot comes from the client.
+    let mut onehot: Shares = {
+        let values = match (me == client, prompt) {
+            (true, Some(p)) => {
+                if p.len() != prompt_len || p.iter().any(|&id| id as usize >= v) {
+                    return Err(Error::misuse(
+                        "prompt ids must be prompt_len ids below vocab_size",
+                    ));
+                }
+                let mut hot = vec![0u64; prompt_len * v];
+                for (t, &id) in p.iter().enumerate() {
+                    hot[t * v + id as usize] = 1;
+                }
+                Some(hot)
+            }
+            (true, None) => return Err(Error::misuse("the client must pass its prompt")),
+            (false, _) => None,
+        };
+        proto::share_input(ctx, client, values.as_deref(), prompt_len * v).await?
+    };
+    let mut rows = prompt_len;
+    for step in 0..max_new {
+        let start = ctx.meter();
+        // Embedding: one-hot × wte (no truncation: the one-hot is integral) + positions.
+        let emb = proto::matmul(ctx, &onehot, &model.wte, rows, v, d).await?;
+        let pos = model.wpe.slice(cache.len() * d..(cache.len() + rows) * d)?;
+        let x = emb.add(&pos)?;
+        out.costs.add("embedding", start, ctx.meter());
+        let hidden = blocks_forward(
+            ctx,
+            model,
+            x,
+            rows,
+            &mut cache,
+            settings,
+            &mut out.costs,
+            step,
+            observer.as_ref(),
+        )
+        .await?;
+        // Only the last position is needed for the next token.
+        let m0 = ctx.meter();
+        let last = hidden.slice((rows - 1) * d..rows * d)?;
+        let last = proto::layernorm_rows(
+            ctx,
+            &last,
+            1,
+            d,
+            &model.ln_f.0,
+            &model.ln_f.1,
+            cfg.layer_norm_epsilon,
+        )
+        .await?;
+        let m1 = ctx.meter();
+        out.costs.add("layernorm", m0, m1);
+        let logits = proto::matmul_fixed(ctx, &last, &model.head_t, 1, d, v).await?;
+        let m2 = ctx.meter();
+        out.costs.add("lm head", m1, m2);
+        match mode {
+            OutputMode::RevealLogits => {
+                let opened = proto::reveal_to(ctx, &logits, client).await?;
+                let next_hot = match opened {
+                    Some(raw) => {
+                        let vals = fx.decode_slice(&raw);
+                        let id = argmax_lowest(&vals);
+                        out.ids.push(id as u32);
+                        out.logits.push(vals);
+                        let mut hot = vec![0u64; v];
+                        hot[id] = 1;
+                        Some(hot)
+                    }
+                    None => None,
+                };
+                out.costs.add("output", m2, ctx.meter());
+                if step + 1 < max_new {
+                    onehot = proto::share_input(ctx, client, next_hot.as_deref(), v).await?;
+                }
+            }
+            OutputMode::SecureArgmax | OutputMode::Private => {
+                let (_, hot) =
+                    proto::argmax_rows(ctx, &logits, 1, v, settings.logit_compare_width).await?;
+                let iota: Vec<u64> = (0..v as u64).collect();
+                let id_share = dot_public(&hot, &iota)?;
+                if mode == OutputMode::SecureArgmax {
+                    if let Some(raw) = proto::reveal_to(ctx, &id_share, client).await? {
+                        out.ids.push(raw.first().copied().unwrap_or(0) as u32);
+                    }
+                } else {
+                    generated_shared.push(id_share);
+                }
+                out.costs.add("output", m2, ctx.meter());
+                onehot = hot;
+            }
+        }
+        rows = 1;
+        let end = ctx.meter();
+        out.step_costs.push((
+            end.payload_bytes_sent - start.payload_bytes_sent,
+            end.epoch - start.epoch,
+        ));
+        if let Some(obs) = observer.as_ref() {
+            obs(Progress::Step { step });
+        }
+    }
+    if mode == OutputMode::Private && !generated_shared.is_empty() {
+        let all = Shares::concat(&generated_shared.iter().collect::<Vec<_>>())?;
+        if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
+            out.ids = raw.iter().map(|&x| x as u32).collect();
+        }
+    }
+    Ok(out)
+}
+
+/// Σ_j c_j·x_j for a shared vector and public integer weights (local), as a 1-element sharing.
+fn dot_public(x: &Shares, c: &[u64]) -> Result<Shares, Error> {
+    let prod = x.mul_public(c)?;
+    prod.sum_chunks(prod.len().max(1))
+}
+
+/// The index of the largest value; ties go to the lowest index.
+pub fn argmax_lowest(vals: &[f64]) -> usize {
+    let mut best = 0;
+    let mut best_v = f64::NEG_INFINITY;
+    for (i, &v) in vals.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
