@@ -1,0 +1,449 @@
+//! Secure GPT-2 greedy generation among three parties on three threads in one process.
+//!
+//! Roles (DESIGN.md §1): P0 is the **client**, which holds the prompt and alone learns the
+//! output; P1 is the **model owner**, which holds the weights; P2 is a helper that holds
+//! shares only. The owner shares the weights (one masked vector), the client shares the
+//! prompt's one-hot rows, and the parties run [`puma_layers::gpt2::secure::generate`] with a
+//! secret-shared KV cache over the in-memory transport ([`puma_transports::mem::run3`]).
+//!
+//! [`run_secure`] is the whole orchestration (share, generate, collect, optionally compare
+//! with the plaintext `f64` model [`PlainGpt2`]); the `gpt2` binary and the integration
+//! tests both call it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use puma_core::{Config, PartyId, Stats};
+use puma_layers::config::InputError;
+use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
+use puma_layers::gpt2::secure::{
+    self, Generation, LayerCosts, Observer, OutputMode, Progress, SecureSettings, SharedGpt2,
+};
+use puma_layers::{Gpt2Config, Gpt2Weights, LoadError, load_gpt2};
+use puma_transports::{TransportError, mem};
+
+/// The default model: `gpt2-shakespeare`, shipped in the repository (`models/`), so that
+/// the binary works offline from a fresh clone.
+pub const DEFAULT_MODEL_DIR: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+
+/// The tiny random test model shipped in the repository (2 layers, width 64).
+pub const TINY_MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-tiny-random");
+
+/// The client: holds the prompt and learns the output.
+pub const CLIENT: PartyId = PartyId::P0;
+
+/// The model owner: holds the weights.
+pub const OWNER: PartyId = PartyId::P1;
+
+/// Why a secure generation could not run or failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Gpt2Error {
+    /// The model directory does not exist or is not a directory.
+    NoModelDir(PathBuf),
+    /// The checkpoint could not be loaded.
+    Load(LoadError),
+    /// The prompt does not fit the model (empty, too long, ids outside the vocabulary).
+    Input(InputError),
+    /// A party's run failed.
+    Party {
+        /// The party.
+        party: PartyId,
+        /// Its error.
+        error: TransportError,
+    },
+    /// The client finished without the expected output (a defect, not an input error).
+    MissingOutput(&'static str),
+}
+
+impl fmt::Display for Gpt2Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gpt2Error::NoModelDir(dir) => write!(
+                f,
+                "model directory {} does not exist (expected config.json and model.safetensors in it)",
+                dir.display()
+            ),
+            Gpt2Error::Load(e) => write!(f, "cannot load the model: {e}"),
+            Gpt2Error::Input(e) => write!(f, "bad prompt: {e}"),
+            Gpt2Error::Party { party, error } => write!(f, "{party} failed: {error}"),
+            Gpt2Error::MissingOutput(what) => write!(f, "the client got no {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Gpt2Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Gpt2Error::Load(e) => Some(e),
+            Gpt2Error::Input(e) => Some(e),
+            Gpt2Error::Party { error, .. } => Some(error),
+            Gpt2Error::NoModelDir(_) | Gpt2Error::MissingOutput(_) => None,
+        }
+    }
+}
+
+impl From<LoadError> for Gpt2Error {
+    fn from(e: LoadError) -> Self {
+        Gpt2Error::Load(e)
+    }
+}
+
+impl From<InputError> for Gpt2Error {
+    fn from(e: InputError) -> Self {
+        Gpt2Error::Input(e)
+    }
+}
+
+/// A loaded checkpoint: the public configuration and the owner's weights.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    /// The directory it came from.
+    pub dir: PathBuf,
+    /// The public architecture.
+    pub config: Gpt2Config,
+    /// The weights (the model owner's secret).
+    pub weights: Gpt2Weights,
+}
+
+/// Loads `dir/config.json` and `dir/model.safetensors` (any Hugging Face GPT-2 checkpoint).
+///
+/// # Errors
+/// [`Gpt2Error::NoModelDir`] if `dir` is not a directory, [`Gpt2Error::Load`] for a
+/// missing or malformed file, tensor, shape or dtype.
+pub fn load_model(dir: &Path) -> Result<LoadedModel, Gpt2Error> {
+    if !dir.is_dir() {
+        return Err(Gpt2Error::NoModelDir(dir.to_path_buf()));
+    }
+    let (config, weights) = load_gpt2(dir)?;
+    Ok(LoadedModel {
+        dir: dir.to_path_buf(),
+        config,
+        weights,
+    })
+}
+
+/// The settings of one secure generation.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Tokens to generate after the prompt.
+    pub max_new_tokens: usize,
+    /// What the client learns at each step.
+    pub mode: OutputMode,
+    /// Approximation settings of the secure evaluation.
+    pub settings: SecureSettings,
+    /// Also run the plaintext `f64` model and compare.
+    pub compare_plaintext: bool,
+    /// Session id and seed of the parties' entropy (demos and tests only).
+    pub seed: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            max_new_tokens: 8,
+            mode: OutputMode::RevealLogits,
+            settings: SecureSettings::default(),
+            compare_plaintext: false,
+            seed: 2024,
+        }
+    }
+}
+
+/// The plaintext `f64` model's view of the same run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlainComparison {
+    /// The plaintext greedy ids (its own trajectory).
+    pub ids: Vec<u32>,
+    /// Per step, the plaintext top-2 margin of the logits on the **secure** trajectory
+    /// (prompt plus the secure ids so far): a step whose margin is below the secure logit
+    /// error may legitimately pick another token.
+    pub margins: Vec<f64>,
+    /// Per step, the plaintext logits on the secure trajectory (empty unless the secure
+    /// logits were revealed).
+    pub logits: Vec<Vec<f64>>,
+    /// Largest |secure logit − plaintext logit| over all steps and ids, when the logits
+    /// were revealed (`RevealLogits`).
+    pub max_logit_error: Option<f64>,
+}
+
+impl PlainComparison {
+    /// The first step at which the secure and the plaintext ids differ, if any.
+    pub fn first_mismatch(&self, secure: &[u32]) -> Option<usize> {
+        self.ids
+            .iter()
+            .zip(secure)
+            .position(|(a, b)| a != b)
+            .or_else(|| (self.ids.len() != secure.len()).then(|| self.ids.len().min(secure.len())))
+    }
+}
+
+/// One party's costs of a run, from its own meters.
+#[derive(Clone, Debug, Default)]
+pub struct PartyCosts {
+    /// Payload bytes this party sent while the model was shared, and the epochs it took.
+    pub share_model: (u64, u32),
+    /// Payload bytes and epochs per layer kind during generation.
+    pub layers: LayerCosts,
+    /// Payload bytes and epochs of the prompt step (index 0) and of each further token.
+    pub steps: Vec<(u64, u32)>,
+}
+
+/// What one secure generation produced and cost.
+#[derive(Clone, Debug)]
+pub struct Gpt2Report {
+    /// The model's public configuration.
+    pub config: Gpt2Config,
+    /// The prompt ids.
+    pub prompt_ids: Vec<u32>,
+    /// The output mode used.
+    pub mode: OutputMode,
+    /// The generated ids the client learnt.
+    pub secure_ids: Vec<u32>,
+    /// The last-position logits the client learnt at each step (`RevealLogits` only).
+    pub secure_logits: Vec<Vec<f64>>,
+    /// The plaintext comparison, when asked for.
+    pub plaintext: Option<PlainComparison>,
+    /// Wall time of the three-party run (threads, sharing and generation).
+    pub elapsed: Duration,
+    /// The client's wall time of sharing the model.
+    pub share_time: Duration,
+    /// The client's wall time of each generation step (prompt step first).
+    pub step_times: Vec<Duration>,
+    /// Each party's transport counters, by index.
+    pub stats: [Stats; 3],
+    /// Each party's metered costs, by index.
+    pub costs: [PartyCosts; 3],
+}
+
+impl Gpt2Report {
+    /// Critical-path rounds: the maximum over the parties.
+    pub fn rounds(&self) -> u32 {
+        self.stats.iter().map(|s| s.rounds).max().unwrap_or(0)
+    }
+}
+
+/// What each party's protocol returns.
+struct PartyOutput {
+    generation: Generation,
+    share_model: (u64, u32),
+    share_time: Duration,
+    step_ends: Vec<Instant>,
+    gen_start: Instant,
+}
+
+/// Checks that `prompt` and `max_new` fit the model as the secure generation needs:
+/// a non-empty prompt of ids below `vocab_size`, and `prompt.len() + max_new ≤ n_positions`.
+///
+/// # Errors
+/// [`InputError::Empty`], [`InputError::TokenOutOfRange`] or [`InputError::TooLong`].
+pub fn check_prompt(config: &Gpt2Config, prompt: &[u32], max_new: usize) -> Result<(), InputError> {
+    if prompt.is_empty() {
+        return Err(InputError::Empty);
+    }
+    config.check_ids(prompt, 0)?;
+    let len = prompt.len().saturating_add(max_new);
+    if len > config.n_positions {
+        return Err(InputError::TooLong {
+            len,
+            n_positions: config.n_positions,
+        });
+    }
+    Ok(())
+}
+
+/// Runs secure greedy generation of `opts.max_new_tokens` tokens after `prompt` with three
+/// parties on three threads, and (with `opts.compare_plaintext`) the plaintext model on
+/// the same ids. `observer`, if any, receives the **client's** progress events.
+///
+/// # Errors
+/// [`Gpt2Error::Input`] if the prompt does not fit the model, [`Gpt2Error::Party`] with the
+/// first failed party's typed error, [`Gpt2Error::MissingOutput`] if the client ends
+/// without its output.
+pub fn run_secure(
+    model: LoadedModel,
+    prompt: &[u32],
+    opts: &RunOptions,
+    observer: Option<Observer>,
+) -> Result<Gpt2Report, Gpt2Error> {
+    let LoadedModel {
+        config, weights, ..
+    } = model;
+    check_prompt(&config, prompt, opts.max_new_tokens)?;
+    let weights = Arc::new(weights);
+    let prompt_ids: Arc<[u32]> = prompt.into();
+    let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);
+    let prompt_len = prompt.len();
+
+    let start = Instant::now();
+    let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
+        let cfg = config.clone();
+        let w = (me == OWNER).then(|| Arc::clone(&weights));
+        let p = (me == CLIENT).then(|| Arc::clone(&prompt_ids));
+        let user_observer = if me == CLIENT { observer.clone() } else { None };
+        move |mut ctx| async move {
+            let t0 = Instant::now();
+            let m0 = ctx.meter();
+            let shared = SharedGpt2::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
+            // The owner's plaintext is not needed any more.
+            drop(w);
+            let m1 = ctx.meter();
+            let share_time = t0.elapsed();
+            let step_ends = Arc::new(Mutex::new(Vec::with_capacity(max_new)));
+            let timing: Observer = {
+                let ends = Arc::clone(&step_ends);
+                Arc::new(move |ev: Progress| {
+                    if let Progress::Step { .. } = ev {
+                        if let Ok(mut e) = ends.lock() {
+                            e.push(Instant::now());
+                        }
+                    }
+                    if let Some(obs) = user_observer.as_ref() {
+                        obs(ev);
+                    }
+                })
+            };
+            let gen_start = Instant::now();
+            let generation = secure::generate(
+                &mut ctx,
+                &shared,
+                CLIENT,
+                p.as_deref(),
+                prompt_len,
+                max_new,
+                mode,
+                &settings,
+                Some(timing),
+            )
+            .await?;
+            let step_ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
+            Ok(PartyOutput {
+                generation,
+                share_model: (
+                    m1.payload_bytes_sent - m0.payload_bytes_sent,
+                    m1.epoch - m0.epoch,
+                ),
+                share_time,
+                step_ends,
+                gen_start,
+            })
+        }
+    });
+    let elapsed = start.elapsed();
+    let stats = outcome.stats.clone();
+
+    let mut outputs: [Option<PartyOutput>; 3] = [None, None, None];
+    for (party, r) in PartyId::ALL.into_iter().zip(outcome.results) {
+        match r {
+            Ok(out) => {
+                if let Some(slot) = outputs.get_mut(party.index()) {
+                    *slot = Some(out);
+                }
+            }
+            Err(error) => return Err(Gpt2Error::Party { party, error }),
+        }
+    }
+    let [o0, o1, o2] = outputs;
+    let (o0, o1, o2) = match (o0, o1, o2) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => return Err(Gpt2Error::MissingOutput("result of every party")),
+    };
+    let client = o0;
+    if client.generation.ids.len() != max_new {
+        return Err(Gpt2Error::MissingOutput("generated ids"));
+    }
+    if mode == OutputMode::RevealLogits && client.generation.logits.len() != max_new {
+        return Err(Gpt2Error::MissingOutput("logits"));
+    }
+    let mut step_times = Vec::with_capacity(client.step_ends.len());
+    let mut prev = client.gen_start;
+    for &t in &client.step_ends {
+        step_times.push(t.saturating_duration_since(prev));
+        prev = t;
+    }
+    let costs_of = |o: &PartyOutput| PartyCosts {
+        share_model: o.share_model,
+        layers: o.generation.costs.clone(),
+        steps: o.generation.step_costs.clone(),
+    };
+    let costs = [costs_of(&client), costs_of(&o1), costs_of(&o2)];
+    let secure_ids = client.generation.ids;
+    let secure_logits = client.generation.logits;
+
+    let plaintext = if opts.compare_plaintext {
+        // All parties have finished, so the owner's copy is the only one left.
+        let weights = Arc::try_unwrap(weights).unwrap_or_else(|w| (*w).clone());
+        let plain = PlainGpt2::new(config.clone(), weights)?;
+        Some(compare_plain(&plain, prompt, &secure_ids, &secure_logits)?)
+    } else {
+        None
+    };
+
+    Ok(Gpt2Report {
+        config,
+        prompt_ids: prompt.to_vec(),
+        mode,
+        secure_ids,
+        secure_logits,
+        plaintext,
+        elapsed,
+        share_time: client.share_time,
+        step_times,
+        stats,
+        costs,
+    })
+}
+
+/// The plaintext greedy ids, and the plaintext logits and margins along the secure
+/// trajectory (teacher-forced with the secure ids, so that the logits compare the same
+/// inputs even after a flip).
+///
+/// # Errors
+/// The plaintext model's [`InputError`]s (none for a prompt that passed [`check_prompt`]).
+pub fn compare_plain(
+    plain: &PlainGpt2,
+    prompt: &[u32],
+    secure_ids: &[u32],
+    secure_logits: &[Vec<f64>],
+) -> Result<PlainComparison, Gpt2Error> {
+    let n = secure_ids.len();
+    let ids = plain.generate_greedy(prompt, n)?;
+    let mut margins = Vec::with_capacity(n);
+    let mut logits = Vec::new();
+    if n > 0 {
+        let mut seq = prompt.to_vec();
+        seq.extend_from_slice(secure_ids.get(..n - 1).unwrap_or_default());
+        let all = plain.forward(&seq)?;
+        // Row t predicts token t + 1: step k is predicted by the row of position L − 1 + k.
+        for row in all
+            .outer_iter()
+            .skip(prompt.len().saturating_sub(1))
+            .take(n)
+        {
+            margins.push(argmax_with_margin(row).map_or(f64::NAN, |(_, m)| m));
+            if !secure_logits.is_empty() {
+                logits.push(row.to_vec());
+            }
+        }
+    }
+    // A NaN error (a broken secure logit) must not be hidden by `f64::max`.
+    let max_logit_error = (!secure_logits.is_empty()).then(|| {
+        secure_logits
+            .iter()
+            .zip(&logits)
+            .flat_map(|(s, p)| s.iter().zip(p).map(|(a, b)| (a - b).abs()))
+            .fold(
+                0.0,
+                |acc: f64, e| if e.is_nan() || e > acc { e } else { acc },
+            )
+    });
+    Ok(PlainComparison {
+        ids,
+        margins,
+        logits,
+        max_logit_error,
+    })
+}
