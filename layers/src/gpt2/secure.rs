@@ -600,7 +600,8 @@ pub async fn generate(
     let mut out = Generation::default();
     let mut cache = SharedKvCache::default();
     let mut generated_shared: Vec<Shares> = Vec::new();
-    // The first step's one-hot comes from the client.
+    // The first step's one-hot comes from the client; a step's costs include its input.
+    let mut step_begin = ctx.meter();
     let mut onehot: Shares = {
         let values = match (me == client, prompt) {
             (true, Some(p)) => {
@@ -620,9 +621,11 @@ pub async fn generate(
         };
         proto::share_input(ctx, client, values.as_deref(), prompt_len * v).await?
     };
+    out.costs.add("input", step_begin, ctx.meter());
     let mut rows = prompt_len;
     for step in 0..max_new {
         let start = ctx.meter();
+        let mut next_input_begin = None;
         // Embedding: one-hot × wte (no truncation: the one-hot is integral) + positions.
         let emb = proto::matmul(ctx, &onehot, &model.wte, rows, v, d).await?;
         let pos = model.wpe.slice(cache.len() * d..(cache.len() + rows) * d)?;
@@ -675,7 +678,10 @@ pub async fn generate(
                 };
                 out.costs.add("output", m2, ctx.meter());
                 if step + 1 < max_new {
+                    let m3 = ctx.meter();
+                    next_input_begin = Some(m3);
                     onehot = proto::share_input(ctx, client, next_hot.as_deref(), v).await?;
+                    out.costs.add("input", m3, ctx.meter());
                 }
             }
             OutputMode::SecureArgmax | OutputMode::Private => {
@@ -695,11 +701,12 @@ pub async fn generate(
             }
         }
         rows = 1;
-        let end = ctx.meter();
+        let end = next_input_begin.unwrap_or_else(|| ctx.meter());
         out.step_costs.push((
-            end.payload_bytes_sent - start.payload_bytes_sent,
-            end.epoch - start.epoch,
+            end.payload_bytes_sent - step_begin.payload_bytes_sent,
+            end.epoch - step_begin.epoch,
         ));
+        step_begin = end;
         if let Some(obs) = observer.as_ref() {
             obs(Progress::Step { step });
         }

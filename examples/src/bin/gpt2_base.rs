@@ -1,0 +1,181 @@
+//! GPT-2 base-shaped benchmark: 12 layers, width 768, 12 heads, vocabulary 50257, seeded
+//! random weights (GPT-2's initialisation scale), 32 prompt tokens → 1 new token (and
+//! optionally more, to measure the KV cache), three parties in one process.
+//!
+//! `cargo run --release -p puma-examples --bin gpt2_base [-- --new-tokens N --layers L]`
+//! prints wall time, bytes per party, rounds, the per-step costs and the peak resident
+//! memory of the process (all three parties together).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array1, Array2};
+use puma_core::{Config, PartyId};
+use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
+use puma_layers::config::{Activation, Gpt2Config};
+use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+
+/// A deterministic uniform value in [−1, 1) (SplitMix64).
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
+/// Uniform weights with GPT-2's standard deviation 0.02 (uniform on ±0.02·√3).
+fn matrix(rows: usize, cols: usize, state: &mut u64) -> Array2<f64> {
+    let s = 0.02 * 3f64.sqrt();
+    Array2::from_shape_fn((rows, cols), |_| s * uniform(state))
+}
+
+fn ln(d: usize) -> LayerNormWeights {
+    LayerNormWeights {
+        gamma: Array1::ones(d),
+        beta: Array1::zeros(d),
+    }
+}
+
+fn base_model(layers: usize) -> (Gpt2Config, Gpt2Weights) {
+    let (d, v, p, inner) = (768, 50257, 1024, 3072);
+    let cfg = Gpt2Config {
+        n_layer: layers,
+        n_embd: d,
+        n_head: 12,
+        n_inner: inner,
+        n_positions: p,
+        vocab_size: v,
+        layer_norm_epsilon: 1e-5,
+        activation: Activation::GeluTanh,
+    };
+    let mut st = 2024u64;
+    let blocks = (0..layers)
+        .map(|_| Gpt2Block {
+            ln_1: ln(d),
+            attn_w: matrix(d, 3 * d, &mut st),
+            attn_b: Array1::zeros(3 * d),
+            proj_w: matrix(d, d, &mut st),
+            proj_b: Array1::zeros(d),
+            ln_2: ln(d),
+            fc_w: matrix(d, inner, &mut st),
+            fc_b: Array1::zeros(inner),
+            fc_proj_w: matrix(inner, d, &mut st),
+            fc_proj_b: Array1::zeros(d),
+        })
+        .collect();
+    let w = Gpt2Weights {
+        wte: matrix(v, d, &mut st),
+        wpe: matrix(p, d, &mut st) * 0.5,
+        blocks,
+        ln_f: ln(d),
+        lm_head: None,
+    };
+    (cfg, w)
+}
+
+/// Peak resident set size of this process in bytes (Linux), if known.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn main() -> ExitCode {
+    let mut new_tokens = 1usize;
+    let mut layers = 12usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let Some(v) = args.next().and_then(|v| v.parse::<usize>().ok()) else {
+            eprintln!("usage: gpt2_base [--new-tokens N] [--layers L]");
+            return ExitCode::from(2);
+        };
+        match flag.as_str() {
+            "--new-tokens" => new_tokens = v.max(1),
+            "--layers" => layers = v.max(1),
+            _ => {
+                eprintln!("usage: gpt2_base [--new-tokens N] [--layers L]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let model = Arc::new(base_model(layers));
+    println!(
+        "GPT-2 base shape: {layers} layers, width 768, 12 heads, vocabulary 50257; random weights built in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let prompt: Vec<u32> = (0..32u32).map(|i| (i * 1543 + 17) % 50257).collect();
+    let settings = SecureSettings::default();
+    let start = Instant::now();
+    let out = puma_transports::mem::run3(Config::new(7), 11, |me| {
+        let model = model.clone();
+        let prompt = prompt.clone();
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            let t = Instant::now();
+            let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                .await?;
+            let share_secs = t.elapsed().as_secs_f64();
+            let share_bytes = ctx.meter().payload_bytes_sent;
+            let g = generate(
+                &mut ctx,
+                &m,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&prompt[..]),
+                prompt.len(),
+                new_tokens,
+                OutputMode::RevealLogits,
+                &settings,
+                None,
+            )
+            .await?;
+            Ok((g, share_secs, share_bytes))
+        }
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut ok = true;
+    for (i, r) in out.results.iter().enumerate() {
+        match r {
+            Ok((g, share_secs, share_bytes)) => {
+                let s = &out.stats[i];
+                println!(
+                    "P{i}: sent {:.1} MB payload ({:.1} MB sharing the model in {share_secs:.1} s); steps (bytes, epochs): {:?}",
+                    s.payload_bytes_total() as f64 / 1e6,
+                    *share_bytes as f64 / 1e6,
+                    g.step_costs
+                );
+                if i == 0 {
+                    println!("client got ids {:?}", g.ids);
+                    for (k, b, e) in &g.costs.entries {
+                        println!("  {k:<18} {:>10.2} MB  {e:>5} epochs", *b as f64 / 1e6);
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("P{i} failed: {e}");
+                ok = false;
+            }
+        }
+    }
+    let rounds = out.stats.iter().map(|s| s.rounds).max().unwrap_or(0);
+    let total: u64 = out.stats.iter().map(|s| s.payload_bytes_total()).sum();
+    println!(
+        "wall time {secs:.1} s (three parties, one process); rounds {rounds}; total payload {:.1} MB",
+        total as f64 / 1e6
+    );
+    if let Some(p) = peak_rss() {
+        println!(
+            "peak resident memory of the process (3 parties): {:.2} GB",
+            p as f64 / 1e9
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,172 @@
+//! Secure perplexity of a GPT-2 checkpoint on a token slice, beside the plaintext f64 model.
+//!
+//! Each window is one secure forward pass (three parties in memory, P0 the client, P1 the
+//! model owner) whose logits for every position are revealed to the client, which scores
+//! the next token of each position. Usage:
+//!
+//! ```text
+//! perplexity [--windows N] [--window-len L] [--squarings T]
+//! ```
+//! Defaults: the embedded Shakespeare GPT-2 and the fixture's held-out slice of 1,024
+//! tokens as 4 windows of 256 (reference perplexity 50.529740).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use puma_core::{Config, PartyId};
+use puma_examples::gpt2::{DEFAULT_MODEL_DIR, load_model};
+use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::gpt2::secure::{SecureSettings, SharedGpt2, forward_logits};
+
+const REFERENCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../layers/tests/fixtures/gpt2-shakespeare/reference.safetensors"
+);
+
+/// Mean negative log-likelihood of each row's next token (row t predicts ids[t + 1]).
+fn mean_nll(logits: &[f64], vocab: usize, ids: &[u32]) -> f64 {
+    let mut total = 0.0;
+    let mut count = 0usize;
+    for t in 0..ids.len().saturating_sub(1) {
+        let row = &logits[t * vocab..(t + 1) * vocab];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+        total += lse - row[ids[t + 1] as usize];
+        count += 1;
+    }
+    total / count.max(1) as f64
+}
+
+fn read_slice() -> Result<Vec<u32>, String> {
+    let bytes = std::fs::read(REFERENCE).map_err(|e| format!("{REFERENCE}: {e}"))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| e.to_string())?;
+    let t = st
+        .tensor("val_slice.input_ids")
+        .map_err(|e| e.to_string())?;
+    Ok(t.data()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as u32)
+        .collect())
+}
+
+fn main() -> ExitCode {
+    let mut windows = 4usize;
+    let mut window_len = 256usize;
+    let mut settings = SecureSettings::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let Some(value) = args.next().and_then(|v| v.parse::<usize>().ok()) else {
+            eprintln!("usage: perplexity [--windows N] [--window-len L] [--squarings T]");
+            return ExitCode::from(2);
+        };
+        match flag.as_str() {
+            "--windows" => windows = value,
+            "--window-len" => window_len = value,
+            "--squarings" => {
+                settings.softmax_exp = puma_core::proto::ExpApprox::Taylor2 {
+                    squarings: value as u32,
+                }
+            }
+            _ => {
+                eprintln!("unknown argument {flag}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let ids = match read_slice() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let model = match load_model(std::path::Path::new(DEFAULT_MODEL_DIR)) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let plain = match PlainGpt2::new(model.config.clone(), model.weights.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let vocab = model.config.vocab_size;
+    let (mut secure_nll, mut plain_nll, mut max_err) = (0.0, 0.0, 0.0f64);
+    let shared = Arc::new((model.config.clone(), model.weights.clone()));
+    let start = Instant::now();
+    for w in 0..windows {
+        let Some(window) = ids.get(w * window_len..(w + 1) * window_len) else {
+            eprintln!(
+                "error: the slice has fewer than {} tokens",
+                (w + 1) * window_len
+            );
+            return ExitCode::FAILURE;
+        };
+        let window = window.to_vec();
+        let plain_logits = match plain.forward(&window) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let plain_flat: Vec<f64> = plain_logits.iter().copied().collect();
+        let t0 = Instant::now();
+        let out = puma_transports::mem::run3(Config::new(100 + w as u64), 7 + w as u64, |me| {
+            let shared = shared.clone();
+            let window = window.clone();
+            move |mut ctx| async move {
+                let (cfg, weights) = &*shared;
+                let m = SharedGpt2::share(
+                    &mut ctx,
+                    PartyId::P1,
+                    cfg,
+                    (me == PartyId::P1).then_some(weights),
+                )
+                .await?;
+                let ids = (me == PartyId::P0).then_some(&window[..]);
+                forward_logits(&mut ctx, &m, PartyId::P0, ids, window.len(), &settings).await
+            }
+        });
+        let [p0, _, _] = out.results;
+        let logits = match p0 {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                eprintln!("error: the client got no logits");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let err = logits
+            .iter()
+            .zip(&plain_flat)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        max_err = max_err.max(err);
+        let (s, p) = (
+            mean_nll(&logits, vocab, &window),
+            mean_nll(&plain_flat, vocab, &window),
+        );
+        println!(
+            "window {w}: secure NLL {s:.6}, plaintext NLL {p:.6}, max |logit error| {err:.3e}, {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        secure_nll += s / windows as f64;
+        plain_nll += p / windows as f64;
+    }
+    let (sp, pp) = (secure_nll.exp(), plain_nll.exp());
+    println!(
+        "perplexity: secure {sp:.6}, plaintext {pp:.6}, relative difference {:.3e}; max |logit error| {max_err:.3e}; {:.1} s",
+        (sp - pp).abs() / pp,
+        start.elapsed().as_secs_f64()
+    );
+    ExitCode::SUCCESS
+}
