@@ -26,27 +26,7 @@ pub async fn matmul(
     k: usize,
     n: usize,
 ) -> Result<Shares, Error> {
-    let (mk, kn, mn) = match (m.checked_mul(k), k.checked_mul(n), m.checked_mul(n)) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(Error::misuse("matrix dimensions overflow")),
-    };
-    if x.len() != mk || y.len() != kn {
-        return Err(Error::misuse(
-            "matrix lengths do not match their dimensions",
-        ));
-    }
-    let mut ctx = ctx.fork();
-    let y_sum: Vec<u64> = y
-        .a()
-        .iter()
-        .zip(y.b())
-        .map(|(a, b)| a.wrapping_add(*b))
-        .collect();
-    let mut z = vec![0u64; mn];
-    let kernel = ctx.kernel();
-    kernel.matmul_acc(x.a(), &y_sum, &mut z, m, k, n);
-    kernel.matmul_acc(x.b(), y.a(), &mut z, m, k, n);
-    reshare(&mut ctx, z).await
+    matmul_batch(ctx, x, y, 1, (m, k, n)).await
 }
 
 /// Fixed-point matrix product: [`matmul`] then [`trunc`] by the session's fractional bits.

@@ -253,6 +253,18 @@ fn select_bits(c: u64, zero: u64, one: u64) -> u64 {
     (c & one) | (!c & zero)
 }
 
+/// The OT output both choosers compute: the string offered for each choice bit of `x0`
+/// (offered = [m_0 ⊕ mask_0 | m_1 ⊕ mask_1]), unmasked with the other chooser's helper.
+fn unmask_ot(x0: &[u64], offered: &[u64], helper: &[u64], mask: u64) -> Vec<u64> {
+    let (o0, o1) = offered.split_at(x0.len().min(offered.len()));
+    x0.iter()
+        .zip(o0)
+        .zip(o1)
+        .zip(helper)
+        .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & mask)
+        .collect()
+}
+
 /// Finishes one block: returns this party's shares of (generate bits G, propagate bits P).
 async fn first_layer_finish(
     ctx: &mut Ctx,
@@ -277,14 +289,7 @@ async fn first_layer_finish(
             let offered = ctx.recv(r1, 2 * n, wt).await?;
             let g1 = ctx.recv(r1, n, wt).await?;
             let helper = ctx.recv(r2, n, wt).await?;
-            let (o0, o1) = offered.split_at(n);
-            let g0: Vec<u64> = x0
-                .iter()
-                .zip(o0)
-                .zip(o1)
-                .zip(&helper)
-                .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & tm)
-                .collect();
+            let g0 = unmask_ot(&x0, &offered, &helper, tm);
             let g = BitShares::from_parts(me, width, g0, g1);
             // P = [y]^B ⊕ [x_0]^B: R0 holds (0 ⊕ x_0, y ⊕ F).
             let p = BitShares::from_parts(me, width, x0, y1);
@@ -295,14 +300,7 @@ async fn first_layer_finish(
             let (r0, r1) = (me.next(), me.prev());
             let offered = ctx.recv(r1, 2 * n, wt).await?;
             let helper = ctx.recv(r0, n, wt).await?;
-            let (o0, o1) = offered.split_at(n);
-            let g0: Vec<u64> = x0
-                .iter()
-                .zip(o0)
-                .zip(o1)
-                .zip(&helper)
-                .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & tm)
-                .collect();
+            let g0 = unmask_ot(&x0, &offered, &helper, tm);
             let g = BitShares::from_parts(me, width, g2, g0);
             // R2 holds (component 2, component 0) = (F, x_0).
             let p = BitShares::from_parts(me, width, y2, x0);
