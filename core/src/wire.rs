@@ -241,10 +241,8 @@ pub fn decode_header(bytes: &[u8], from: PartyId) -> Result<FrameHeader, Error> 
 pub fn pack(xs: &[u64], width: Width, out: &mut Vec<u8>) {
     let w = width.bits();
     if w == 64 {
-        out.reserve(xs.len() * 8);
-        for x in xs {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
+        out.reserve(xs.len().saturating_mul(8));
+        out.extend(xs.iter().flat_map(|x| x.to_le_bytes()));
         return;
     }
     let mask = width.mask();
@@ -281,15 +279,17 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
         ));
     }
     let w = width.bits();
-    let mut out = Vec::with_capacity(n);
     if w == 64 {
-        for c in bytes.chunks_exact(8) {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            out.push(u64::from_le_bytes(a));
-        }
-        return Ok(out);
+        return Ok(bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect());
     }
+    let mut out = Vec::with_capacity(n);
     let mask = width.mask();
     let mut acc: u128 = 0;
     let mut nbits: u32 = 0;

@@ -5,6 +5,8 @@ use alloc::vec::Vec;
 use core::future::poll_fn;
 use core::task::Poll;
 
+use rand_chacha::ChaCha12Rng;
+use rand_core::{RngCore, SeedableRng};
 use spin::Mutex;
 
 use crate::engine::mailbox::{Mailbox, OutRecord};
@@ -172,6 +174,38 @@ impl Ctx {
         let tag = derive(self.path, DOMAIN_MSG, n);
         let mut bytes = Vec::new();
         wire::pack(values, width, &mut bytes);
+        self.queue(idx, tag, bytes);
+        Ok(())
+    }
+
+    /// Queues one 64-bit record holding `parts` one after another: the same record (tag,
+    /// bytes) as [`Ctx::send`] of their concatenation at [`Width::W64`], without building
+    /// the concatenation.
+    ///
+    /// # Errors
+    /// `Misuse` when sending to oneself or when the record length overflows.
+    pub(crate) fn send_parts_w64(&mut self, to: PartyId, parts: &[Vec<u64>]) -> Result<(), Error> {
+        if to == self.me() {
+            return Err(Error::misuse("a party cannot send to itself"));
+        }
+        let len = parts
+            .iter()
+            .try_fold(0usize, |acc, p| acc.checked_add(p.len()))
+            .and_then(|n| n.checked_mul(8))
+            .ok_or(Error::misuse("record length overflows"))?;
+        let idx = to.index();
+        let n = self.sent[idx];
+        self.sent[idx] += 1;
+        let tag = derive(self.path, DOMAIN_MSG, n);
+        let mut bytes = Vec::with_capacity(len);
+        for p in parts {
+            wire::pack(p, Width::W64, &mut bytes);
+        }
+        self.queue(idx, tag, bytes);
+        Ok(())
+    }
+
+    fn queue(&mut self, idx: usize, tag: u64, bytes: Vec<u8>) {
         let mut mb = self.shared.mailbox.lock();
         if let Some(q) = mb.payload_queued.get_mut(idx) {
             *q += bytes.len() as u64;
@@ -180,7 +214,6 @@ impl Ctx {
         if let Some(out) = mb.outbound.get_mut(idx) {
             out.push(OutRecord { tag, bytes });
         }
-        Ok(())
     }
 
     /// Receives the next record from `from` in this context: `n` values of `width` bits.
@@ -192,17 +225,63 @@ impl Ctx {
         if from == self.me() {
             return Err(Error::misuse("a party cannot receive from itself"));
         }
+        let bytes = self.recv_bytes(from).await;
+        wire::unpack(&bytes, n, width, from)
+    }
+
+    /// Receives the next record from `from` (the caller checked `from != me`), as bytes.
+    async fn recv_bytes(&mut self, from: PartyId) -> Vec<u8> {
         let idx = from.index();
         let k = self.received[idx];
         self.received[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, k);
         let mailbox = self.shared.mailbox.clone();
-        let bytes = poll_fn(|_cx| match mailbox.lock().take(from, tag) {
+        poll_fn(|_cx| match mailbox.lock().take(from, tag) {
             Some(b) => Poll::Ready(b),
             None => Poll::Pending,
         })
-        .await;
-        wire::unpack(&bytes, n, width, from)
+        .await
+    }
+
+    /// Receives the next record from `from` as 64-bit words cut into pieces of `sizes`:
+    /// the counterpart of [`Ctx::send_parts_w64`] (and of [`Ctx::send`] at
+    /// [`Width::W64`] of the concatenation).
+    ///
+    /// # Errors
+    /// `Protocol { from }` if the record is not exactly `8 · Σ sizes` bytes; `Misuse` when
+    /// receiving from oneself.
+    pub(crate) async fn recv_parts_w64(
+        &mut self,
+        from: PartyId,
+        sizes: &[usize],
+    ) -> Result<Vec<Vec<u64>>, Error> {
+        if from == self.me() {
+            return Err(Error::misuse("a party cannot receive from itself"));
+        }
+        let total = sizes
+            .iter()
+            .try_fold(0usize, |acc, n| acc.checked_add(*n))
+            .ok_or(Error::protocol(from, "record length overflows"))?;
+        let bytes = self.recv_bytes(from).await;
+        let expected = Width::W64
+            .packed_len(total)
+            .ok_or(Error::protocol(from, "record length overflows"))?;
+        if bytes.len() != expected {
+            return Err(Error::protocol(
+                from,
+                "record length does not match the expected message",
+            ));
+        }
+        let mut parts = Vec::with_capacity(sizes.len());
+        let mut rest: &[u8] = &bytes;
+        for &n in sizes {
+            let (head, tail) = rest
+                .split_at_checked(n * 8)
+                .ok_or(Error::bug("record pieces overrun a checked length"))?;
+            parts.push(wire::unpack(head, n, Width::W64, from)?);
+            rest = tail;
+        }
+        Ok(parts)
     }
 
     /// Sends `values` to `to` and receives `n` values from `from`, in the same round.
@@ -275,6 +354,31 @@ impl Ctx {
         } else {
             Ok(None)
         }
+    }
+
+    /// [`Ctx::pair_random`] of `Σ sizes` words, cut into pieces of `sizes`: the very same
+    /// words (one draw, one stream) without building the whole vector.
+    ///
+    /// # Errors
+    /// `Bug` only if the key bookkeeping is broken.
+    pub(crate) fn pair_random_parts(
+        &mut self,
+        j: PartyId,
+        sizes: &[usize],
+    ) -> Result<Option<Vec<Vec<u64>>>, Error> {
+        let t = self.next_draw();
+        let Some(key) = self.shared.keys.key(j) else {
+            return Ok(None);
+        };
+        // The stream of `prss::fill(key, t, ..)`, continued from piece to piece.
+        let mut rng = ChaCha12Rng::from_seed(*key);
+        rng.set_stream(t);
+        Ok(Some(
+            sizes
+                .iter()
+                .map(|&n| (0..n).map(|_| rng.next_u64()).collect())
+                .collect(),
+        ))
     }
 
     /// `n` words of this party's private randomness. Unlike the correlated draws, a party

@@ -123,9 +123,17 @@ impl Mailbox {
                 if offset != 0 {
                     return Err(Error::protocol(from, "record chunk out of order"));
                 }
+                // The whole record is announced: reserve it once instead of regrowing
+                // (and recopying) it chunk by chunk, but only when it fits the receive
+                // budget left, and never fail on a refused reservation.
+                let mut bytes = Vec::new();
+                let room = max_buffered.saturating_sub(self.buffered) as u64;
+                if total <= room {
+                    let _ = bytes.try_reserve_exact(total as usize);
+                }
                 Partial {
                     total,
-                    bytes: Vec::new(),
+                    bytes,
                     epoch,
                 }
             }

@@ -707,19 +707,26 @@ impl<T: 'static> Session<T> {
     }
 
     fn frame_records(&mut self, to: PartyId, records: Vec<OutRecord>, end_flags: u16) {
-        let cap = self.cfg.max_frame_len - FRAME_HEADER_LEN;
-        let mut body: Vec<u8> = Vec::new();
+        let max = self.cfg.max_frame_len;
+        // Bytes still to frame if all fit one frame: each record's payload and one chunk
+        // header. Sizes the frame buffers, which are built in place (header first).
+        let mut left: usize = records
+            .iter()
+            .map(|r| r.bytes.len().saturating_add(CHUNK_HEADER_LEN))
+            .fold(0, usize::saturating_add);
+        let mut body = frame_buffer(max, left);
         let mut chunks: u32 = 0;
         for rec in records {
             let total = rec.bytes.len();
             let mut off = 0usize;
             loop {
-                let space = cap - body.len();
+                let space = max - body.len();
                 // Start a new frame when not even a chunk header and one byte fit (or,
                 // for an empty record, not even a header).
                 let need = CHUNK_HEADER_LEN + usize::from(total > off);
                 if space < need {
                     self.flush_frame(to, &mut body, &mut chunks, 0);
+                    body = frame_buffer(max, left);
                     continue;
                 }
                 let take = (total - off).min(space - CHUNK_HEADER_LEN);
@@ -730,7 +737,9 @@ impl<T: 'static> Session<T> {
                 body.extend_from_slice(rec.bytes.get(off..off + take).unwrap_or(&[]));
                 chunks += 1;
                 off += take;
+                left = left.saturating_sub(take);
                 if off >= total {
+                    left = left.saturating_sub(CHUNK_HEADER_LEN);
                     break;
                 }
             }
@@ -738,11 +747,15 @@ impl<T: 'static> Session<T> {
         self.flush_frame(to, &mut body, &mut chunks, end_flags);
     }
 
-    fn flush_frame(&mut self, to: PartyId, body: &mut Vec<u8>, chunks: &mut u32, flags: u16) {
+    /// Sends `frame` (a [`frame_buffer`] with records appended) after writing its header.
+    fn flush_frame(&mut self, to: PartyId, frame: &mut Vec<u8>, chunks: &mut u32, flags: u16) {
         let header = self.header(FrameKind::Data, to, flags, self.epoch, *chunks);
-        let mut bytes = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
-        wire::encode_header(&header, &mut bytes);
-        bytes.append(body);
+        let mut head = Vec::with_capacity(FRAME_HEADER_LEN);
+        wire::encode_header(&header, &mut head);
+        for (d, s) in frame.iter_mut().zip(&head) {
+            *d = *s;
+        }
+        let bytes = core::mem::take(frame);
         *chunks = 0;
         let idx = to.index();
         self.stats.frames_sent[idx] += 1;
@@ -752,6 +765,14 @@ impl<T: 'static> Session<T> {
             frame: wire::frame_from_bytes(bytes),
         });
     }
+}
+
+/// An empty data frame: room for the header (written when the frame is sent), with capacity
+/// for `left` more bytes up to the frame limit `max`.
+fn frame_buffer(max: usize, left: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(max.min(FRAME_HEADER_LEN.saturating_add(left)));
+    v.resize(FRAME_HEADER_LEN, 0);
+    v
 }
 
 fn abort_code(kind: ErrorKind) -> u8 {

@@ -120,54 +120,94 @@ fn tensor_sizes(cfg: &Gpt2Config) -> Vec<usize> {
     sizes
 }
 
-fn push_array(out: &mut Vec<f64>, a: impl IntoIterator<Item = f64>) {
-    out.extend(a);
+/// Encodes `n` plaintext values into a vector of exactly that capacity.
+fn encode_exact(
+    fx: FixedPoint,
+    n: usize,
+    xs: impl IntoIterator<Item = f64>,
+) -> Result<Vec<u64>, Error> {
+    let mut out = Vec::with_capacity(n);
+    for x in xs {
+        out.push(fx.encode(x)?);
+    }
+    Ok(out)
 }
 
-/// The owner's plaintext tensors flattened in sharing order. The query columns of the
-/// attention weights and bias are pre-scaled by 1/√head_dim, which folds the attention
-/// scaling into the shared weights for free.
-fn flatten_weights(cfg: &Gpt2Config, w: &Gpt2Weights) -> Vec<f64> {
+/// The owner's tensors encoded in sharing order, one vector per entry of `tensor_sizes`.
+/// The query columns of the attention weights and bias are pre-scaled by 1/√head_dim,
+/// which folds the attention scaling into the shared weights for free.
+fn encode_weights(
+    cfg: &Gpt2Config,
+    w: &Gpt2Weights,
+    fx: FixedPoint,
+) -> Result<Vec<Vec<u64>>, Error> {
     let d = cfg.n_embd;
     let scale = 1.0 / (cfg.head_dim() as f64).sqrt();
-    let mut out = Vec::new();
-    push_array(&mut out, w.wte.iter().copied());
-    push_array(&mut out, w.wpe.iter().copied());
+    let mut out = Vec::with_capacity(2 + 12 * w.blocks.len() + 2);
+    out.push(encode_exact(fx, w.wte.len(), w.wte.iter().copied())?);
+    out.push(encode_exact(fx, w.wpe.len(), w.wpe.iter().copied())?);
     for b in &w.blocks {
-        push_array(&mut out, b.ln_1.gamma.iter().copied());
-        push_array(&mut out, b.ln_1.beta.iter().copied());
-        for ((_, c), v) in b.attn_w.indexed_iter() {
-            out.push(if c < d { v * scale } else { *v });
-        }
-        for (c, v) in b.attn_b.iter().enumerate() {
-            out.push(if c < d { v * scale } else { *v });
-        }
-        push_array(&mut out, b.proj_w.iter().copied());
-        push_array(&mut out, b.proj_b.iter().copied());
-        push_array(&mut out, b.ln_2.gamma.iter().copied());
-        push_array(&mut out, b.ln_2.beta.iter().copied());
-        push_array(&mut out, b.fc_w.iter().copied());
-        push_array(&mut out, b.fc_b.iter().copied());
-        push_array(&mut out, b.fc_proj_w.iter().copied());
-        push_array(&mut out, b.fc_proj_b.iter().copied());
+        out.push(encode_exact(
+            fx,
+            b.ln_1.gamma.len(),
+            b.ln_1.gamma.iter().copied(),
+        )?);
+        out.push(encode_exact(
+            fx,
+            b.ln_1.beta.len(),
+            b.ln_1.beta.iter().copied(),
+        )?);
+        out.push(encode_exact(
+            fx,
+            b.attn_w.len(),
+            b.attn_w
+                .indexed_iter()
+                .map(|((_, c), v)| if c < d { v * scale } else { *v }),
+        )?);
+        out.push(encode_exact(
+            fx,
+            b.attn_b.len(),
+            b.attn_b
+                .iter()
+                .enumerate()
+                .map(|(c, v)| if c < d { v * scale } else { *v }),
+        )?);
+        out.push(encode_exact(fx, b.proj_w.len(), b.proj_w.iter().copied())?);
+        out.push(encode_exact(fx, b.proj_b.len(), b.proj_b.iter().copied())?);
+        out.push(encode_exact(
+            fx,
+            b.ln_2.gamma.len(),
+            b.ln_2.gamma.iter().copied(),
+        )?);
+        out.push(encode_exact(
+            fx,
+            b.ln_2.beta.len(),
+            b.ln_2.beta.iter().copied(),
+        )?);
+        out.push(encode_exact(fx, b.fc_w.len(), b.fc_w.iter().copied())?);
+        out.push(encode_exact(fx, b.fc_b.len(), b.fc_b.iter().copied())?);
+        out.push(encode_exact(
+            fx,
+            b.fc_proj_w.len(),
+            b.fc_proj_w.iter().copied(),
+        )?);
+        out.push(encode_exact(
+            fx,
+            b.fc_proj_b.len(),
+            b.fc_proj_b.iter().copied(),
+        )?);
     }
-    push_array(&mut out, w.ln_f.gamma.iter().copied());
-    push_array(&mut out, w.ln_f.beta.iter().copied());
-    out
-}
-
-/// Cuts consecutive tensors out of one shared vector (copying each piece once).
-struct Cursor<'a> {
-    all: &'a Shares,
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn take(&mut self, n: usize) -> Result<Shares, Error> {
-        let piece = self.all.slice(self.at..self.at + n)?;
-        self.at += n;
-        Ok(piece)
-    }
+    out.push(encode_exact(
+        fx,
+        w.ln_f.gamma.len(),
+        w.ln_f.gamma.iter().copied(),
+    )?);
+    out.push(encode_exact(
+        fx,
+        w.ln_f.beta.len(),
+        w.ln_f.beta.iter().copied(),
+    )?);
+    Ok(out)
 }
 
 impl SharedGpt2 {
@@ -187,7 +227,6 @@ impl SharedGpt2 {
         weights: Option<&Gpt2Weights>,
     ) -> Result<SharedGpt2, Error> {
         let sizes = tensor_sizes(cfg);
-        let total: usize = sizes.iter().sum();
         let fx = ctx.fixed();
         let encoded = match (ctx.me() == owner, weights) {
             (true, Some(w)) => {
@@ -196,42 +235,49 @@ impl SharedGpt2 {
                 if w.lm_head.is_some() {
                     return Err(Error::misuse("only GPT-2's tied LM head is supported"));
                 }
-                let flat = flatten_weights(cfg, w);
-                if flat.len() != total {
+                let parts = encode_weights(cfg, w, fx)?;
+                if parts.iter().map(Vec::len).ne(sizes.iter().copied()) {
                     return Err(Error::misuse("weights do not match the config"));
                 }
-                Some(fx.encode_slice(&flat)?)
+                Some(parts)
             }
             (true, None) => return Err(Error::misuse("the model owner must pass the weights")),
             (false, _) => None,
         };
-        let all = proto::share_input(ctx, owner, encoded.as_deref(), total).await?;
-        let mut rest = Cursor { all: &all, at: 0 };
-        let wte = rest.take(sizes[0])?;
-        let wpe = rest.take(sizes[1])?;
+        // One record for the whole model, received straight into one sharing per tensor.
+        let mut rest = proto::share_input_parts(ctx, owner, encoded, &sizes)
+            .await?
+            .into_iter();
+        let mut take = || {
+            rest.next()
+                .ok_or(Error::bug("fewer shared tensors than sizes"))
+        };
+        let wte = take()?;
+        let wpe = take()?;
         // The LM head is tied to wte: its transpose is a local permutation of the shares.
         let (v, d) = (cfg.vocab_size, cfg.n_embd);
-        let transpose: Vec<usize> = (0..d)
-            .flat_map(|j| (0..v).map(move |t| t * d + j))
-            .collect();
+        let mut transpose = Vec::with_capacity(v * d);
+        for j in 0..d {
+            transpose.extend((0..v).map(|t| t * d + j));
+        }
         let head_t = wte.gather(&transpose)?;
-        let (d, inner) = (cfg.n_embd, cfg.n_inner);
+        drop(transpose);
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for _ in 0..cfg.n_layer {
             blocks.push(SharedBlock {
-                ln_1: (rest.take(d)?, rest.take(d)?),
-                attn_w: rest.take(d * 3 * d)?,
-                attn_b: rest.take(3 * d)?,
-                proj_w: rest.take(d * d)?,
-                proj_b: rest.take(d)?,
-                ln_2: (rest.take(d)?, rest.take(d)?),
-                fc_w: rest.take(d * inner)?,
-                fc_b: rest.take(inner)?,
-                fc_proj_w: rest.take(inner * d)?,
-                fc_proj_b: rest.take(d)?,
+                ln_1: (take()?, take()?),
+                attn_w: take()?,
+                attn_b: take()?,
+                proj_w: take()?,
+                proj_b: take()?,
+                ln_2: (take()?, take()?),
+                fc_w: take()?,
+                fc_b: take()?,
+                fc_proj_w: take()?,
+                fc_proj_b: take()?,
             });
         }
-        let ln_f = (rest.take(d)?, rest.take(d)?);
+        let ln_f = (take()?, take()?);
         Ok(SharedGpt2 {
             cfg: cfg.clone(),
             wte,
