@@ -37,7 +37,9 @@
 pub mod checkpoint;
 pub mod config;
 mod error;
+pub mod gguf;
 pub mod gpt2;
+pub mod llama;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;
