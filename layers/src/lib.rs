@@ -34,6 +34,7 @@
 //! assert!((y[[0, 0]] - (-1.5)).abs() < 1e-5 && (y[[1, 0]] - (-2.5)).abs() < 1e-5);
 //! ```
 
+pub mod bert;
 pub mod checkpoint;
 pub mod config;
 mod error;
