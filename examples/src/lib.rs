@@ -5,6 +5,9 @@
 //!   helper) with the embedded `gpt2-shakespeare` model; see [`gpt2`].
 //! - `demo` (`cargo run --release -p puma-examples --bin demo`): a secure fixed-point
 //!   linear layer among three parties on three threads; see [`linear`].
+//! - `llama` (`cargo run --release -p puma-examples --bin llama`): secure greedy generation
+//!   with LLaMA-style decoders (HF checkpoints or GGUF); see [`llama`].
 
 pub mod gpt2;
 pub mod linear;
+pub mod llama;

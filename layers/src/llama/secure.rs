@@ -16,9 +16,23 @@ use super::rope;
 use super::weights::LlamaWeights;
 use crate::gpt2::secure::{LayerCosts, Observer, OutputMode, Progress, argmax_lowest};
 
+/// Which SiLU the SwiGLU MLP evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiluApprox {
+    /// [`proto::silu`]: PUMA-shaped piecewise polynomial (8 rounds), max error 0.0148 and
+    /// 0.014 already at x = 0 — too coarse for small activations (the tiny random model's
+    /// logits move by 2e-2).
+    Piecewise,
+    /// [`silu_precise`]: x·σ(x) with σ(x) the first entry of softmax([x, 0]) (exponential,
+    /// reciprocal, about 4 times the rounds), error about 1e-4·max(1, |x|).
+    Precise,
+}
+
 /// Settings of the secure evaluation.
 #[derive(Clone, Copy, Debug)]
 pub struct LlamaSettings {
+    /// The SiLU approximation of the MLP.
+    pub silu: SiluApprox,
     /// The exponential inside softmax.
     pub softmax_exp: ExpApprox,
     /// Ring width of the comparisons of the secure argmax over the logits.
@@ -32,6 +46,7 @@ pub struct LlamaSettings {
 impl Default for LlamaSettings {
     fn default() -> Self {
         LlamaSettings {
+            silu: SiluApprox::Precise,
             softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
             logit_compare_width: Width::W64,
             residual_bound: 32768.0,
@@ -164,6 +179,32 @@ pub async fn rms_norm_rows(
     let (r, xg) = puma_core::try_join(branch_a, branch_b).await?;
     let y = proto::mul(&mut ctx, &xg, &r.gather(&row_of)?).await?;
     proto::trunc(&mut ctx, &y, f + XG_EXTRA_BITS + R_EXTRA_BITS).await
+}
+
+/// SiLU(x) = x·σ(x) with the logistic σ(x) = e^x/(e^x + e^0): the first entry of a
+/// softmax over the pair [x, 0], so that the exponential, its range reduction (the pair's
+/// maximum) and the reciprocal of the sum in [1, 2] are those of the softmax protocol
+/// ([`proto::softmax_rows_with`], all elements batched as rows of two), then one product
+/// with x and a truncation. Built here from public core protocols because
+/// [`proto::silu`]'s polynomial is off by 0.014 even at x = 0.
+///
+/// # Errors
+/// As [`proto::softmax_rows_with`]; `Protocol` on a malformed message.
+pub async fn silu_precise(ctx: &mut Ctx, x: &Shares, exp: ExpApprox) -> Result<Shares, Error> {
+    let n = x.len();
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let zero = Shares::zeros(x.party(), n);
+    // Rows [x_i, 0]: interleave x with zeros.
+    let both = Shares::concat(&[x, &zero])?;
+    let idx: Vec<usize> = (0..n).flat_map(|i| [i, n + i]).collect();
+    let pairs = both.gather(&idx)?;
+    let valid = vec![2usize; n];
+    let probs = proto::softmax_rows_with(&mut ctx, &pairs, n, 2, &valid, exp).await?;
+    let first: Vec<usize> = (0..n).map(|i| 2 * i).collect();
+    let sigma = probs.gather(&first)?;
+    let y = proto::mul(&mut ctx, x, &sigma).await?;
+    proto::trunc(&mut ctx, &y, f).await
 }
 
 /// One layer's shared weights.
@@ -602,7 +643,11 @@ async fn layers_forward(
         let gu = proto::matmul_fixed(ctx, &a2, &blk.w_gu, rows, d, 2 * inter).await?;
         let m9 = ctx.meter();
         add_cost(costs, "linear", m8, m9);
-        let act = proto::silu(ctx, &gu.gather(&gate_idx)?).await?;
+        let gate = gu.gather(&gate_idx)?;
+        let act = match settings.silu {
+            SiluApprox::Piecewise => proto::silu(ctx, &gate).await?,
+            SiluApprox::Precise => silu_precise(ctx, &gate, settings.softmax_exp).await?,
+        };
         let m10 = ctx.meter();
         add_cost(costs, "silu", m9, m10);
         let hidden = proto::mul_fixed(ctx, &act, &gu.gather(&up_idx)?).await?;
