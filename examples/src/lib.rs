@@ -7,7 +7,10 @@
 //!   linear layer among three parties on three threads; see [`linear`].
 //! - `llama` (`cargo run --release -p puma-examples --bin llama`): secure greedy generation
 //!   with LLaMA-style decoders (HF checkpoints or GGUF); see [`llama`].
+//! - `keygen` and `puma-party`: a development PKI, and one party of secure GPT-2 per OS
+//!   process over TCP+TLS or QUIC; see [`party`].
 
 pub mod gpt2;
 pub mod linear;
 pub mod llama;
+pub mod party;

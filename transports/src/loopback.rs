@@ -203,7 +203,7 @@ where
                         Err(e) => return failed(e),
                     };
                     let r = driver::drive(&mut session, &mut link, timeout);
-                    let wire = link.finish(timeout);
+                    let wire = link.finish(timeout).wire;
                     (r, session.stats(), wire)
                 })
             })

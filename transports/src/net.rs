@@ -87,7 +87,9 @@ fn add(counter: &[AtomicU64; 3], peer: PartyId, n: usize) {
 /// What a reader task reports.
 pub(crate) enum Event {
     Frame(PartyId, Vec<u8>),
-    Closed(PartyId),
+    /// The peer's stream ended: cleanly (`true`, the peer closed it) or not (a reset,
+    /// an end without TLS close_notify, a lost QUIC connection: a crash or a cut).
+    Closed(PartyId, bool),
     Failed(TransportError),
 }
 
@@ -109,11 +111,12 @@ pub(crate) async fn read_frames<R: AsyncRead + Unpin>(
         let mut len = [0u8; LEN_PREFIX];
         // A clean end is an end between frames; any other end or error is a lost link.
         match r.read(&mut len[..1]).await {
-            Ok(0) | Err(_) => break Event::Closed(peer),
+            Ok(0) => break Event::Closed(peer, true),
+            Err(_) => break Event::Closed(peer, false),
             Ok(_) => {}
         }
         if r.read_exact(&mut len[1..]).await.is_err() {
-            break Event::Closed(peer);
+            break Event::Closed(peer, false);
         }
         let n = u32::from_le_bytes(len) as usize;
         if n > max {
@@ -127,7 +130,7 @@ pub(crate) async fn read_frames<R: AsyncRead + Unpin>(
         }
         let mut buf = vec![0u8; n];
         if r.read_exact(&mut buf).await.is_err() {
-            break Event::Closed(peer);
+            break Event::Closed(peer, false);
         }
         add(&wire.received, peer, LEN_PREFIX + n);
         if tx.send(Event::Frame(peer, buf)).await.is_err() {
@@ -183,9 +186,22 @@ pub struct NetLink {
     held_bytes: usize,
     writers: Vec<JoinHandle<()>>,
     reported: [bool; 3],
+    /// Peers whose stream ended without a clean close.
+    broken: [bool; 3],
     opts: NetOptions,
     wire: Arc<WireCounters>,
     teardown: Option<Box<dyn Teardown>>,
+}
+
+/// What [`NetLink::finish`] reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Closing {
+    /// Bytes moved, by peer.
+    pub wire: WireStats,
+    /// Peers whose connection broke instead of closing cleanly (a crash, a reset, a cut
+    /// network): when a session fails because another party aborted, these are the
+    /// parties that were lost.
+    pub broken: Vec<PartyId>,
 }
 
 impl std::fmt::Debug for NetLink {
@@ -278,6 +294,7 @@ impl Parts {
             held_bytes: 0,
             writers: handles,
             reported: [false; 3],
+            broken: [false; 3],
             opts: self.opts,
             wire: self.wire,
             teardown,
@@ -316,9 +333,15 @@ impl NetLink {
     /// and waits (at most `linger`) for the peers to close theirs, so that no peer loses
     /// frames to a connection reset. Returns the bytes moved. Dropping a link does the
     /// same with a short linger.
-    pub fn finish(mut self, linger: Duration) -> WireStats {
+    pub fn finish(mut self, linger: Duration) -> Closing {
         self.shutdown(linger);
-        self.wire_stats()
+        Closing {
+            wire: self.wire_stats(),
+            broken: PartyId::ALL
+                .into_iter()
+                .filter(|p| self.broken.get(p.index()).copied().unwrap_or(false))
+                .collect(),
+        }
     }
 
     fn shutdown(&mut self, linger: Duration) {
@@ -330,9 +353,11 @@ impl NetLink {
         let teardown = self.teardown.take();
         let mut closed = self.reported;
         closed[self.me.index()] = true;
+        let broken = &mut self.broken;
         for ev in self.held.drain(..) {
-            if let Event::Closed(p) = ev {
+            if let Event::Closed(p, clean) = ev {
                 closed[p.index()] = true;
+                broken[p.index()] |= !clean;
             }
         }
         let inbox = &mut self.inbox;
@@ -343,7 +368,10 @@ impl NetLink {
             }
             while closed.iter().any(|c| !c) {
                 match tokio::time::timeout_at(deadline, inbox.recv()).await {
-                    Ok(Some(Event::Closed(p))) => closed[p.index()] = true,
+                    Ok(Some(Event::Closed(p, clean))) => {
+                        closed[p.index()] = true;
+                        broken[p.index()] |= !clean;
+                    }
                     Ok(Some(Event::Failed(e))) => {
                         if let Some(p) = e.peer() {
                             closed[p.index()] = true;
@@ -363,9 +391,12 @@ impl NetLink {
     fn deliver(&mut self, ev: Event) -> Result<Recv, TransportError> {
         match ev {
             Event::Frame(from, bytes) => Ok(Recv::Frame { from, bytes }),
-            Event::Closed(peer) => {
+            Event::Closed(peer, clean) => {
                 if let Some(r) = self.reported.get_mut(peer.index()) {
                     *r = true;
+                }
+                if let Some(b) = self.broken.get_mut(peer.index()) {
+                    *b |= !clean;
                 }
                 Ok(Recv::Closed { peer })
             }
@@ -472,7 +503,7 @@ impl Link for NetLink {
                     .into_iter()
                     .find(|p| !self.reported.get(p.index()).copied().unwrap_or(true));
                 match peer {
-                    Some(p) => self.deliver(Event::Closed(p)),
+                    Some(p) => self.deliver(Event::Closed(p, false)),
                     None => {
                         // Both closes were reported already: nothing can arrive.
                         std::thread::sleep(timeout);

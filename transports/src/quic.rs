@@ -166,7 +166,7 @@ pub fn connect(
                     match c.accept_uni().await {
                         Ok(r) => crate::net::read_frames(peer, r, max, tx, wire).await,
                         Err(_) => {
-                            let _ = tx.send(crate::net::Event::Closed(peer)).await;
+                            let _ = tx.send(crate::net::Event::Closed(peer, false)).await;
                         }
                     }
                 });
