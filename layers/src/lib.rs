@@ -44,6 +44,7 @@ pub mod llama;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;
+pub mod wordpiece;
 
 pub use checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
 pub use config::{Activation, ConfigError, Gpt2Config};
