@@ -35,6 +35,7 @@
 //! ```
 
 pub mod bert;
+pub mod bpe;
 pub mod checkpoint;
 pub mod config;
 mod error;
