@@ -583,6 +583,20 @@ enum puma_status puma_session_handle_frame(struct puma_session *session,
                                            size_t len);
 
 /**
+ * Tells the running operation that the host's timer for its current wait expired
+ * (the library reads no clock). The operation fails: this call returns
+ * `PUMA_ERR_TIMEOUT`, and the next polls return abort frames for the peers and then
+ * `PUMA_EVENT_DONE` with `PUMA_ERR_TIMEOUT`.
+ *
+ * Errors: `PUMA_ERR_TIMEOUT` (the expected result); `PUMA_ERR_WRONG_STATE` if no
+ * operation is running; handle errors.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread.
+ */
+enum puma_status puma_session_handle_timeout(struct puma_session *session);
+
+/**
  * Returns the next thing the host must do for the running operation, in `*out`:
  * - `PUMA_EVENT_TRANSMIT`: the frame was copied to `buf`; send `out->frame_len` bytes to
  *   party `out->peer`;

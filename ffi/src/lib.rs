@@ -54,9 +54,9 @@ pub use ops::{
 };
 pub use session::{
     PUMA_MAX_FRAME_LEN, PUMA_NO_PARTY, puma_event, puma_event_kind, puma_session,
-    puma_session_free, puma_session_handle_frame, puma_session_new, puma_session_poll,
-    puma_session_result_len, puma_session_stats, puma_session_take_model, puma_session_take_tensor,
-    puma_session_take_values, puma_stats,
+    puma_session_free, puma_session_handle_frame, puma_session_handle_timeout, puma_session_new,
+    puma_session_poll, puma_session_result_len, puma_session_stats, puma_session_take_model,
+    puma_session_take_tensor, puma_session_take_values, puma_stats,
 };
 pub use tensor::{puma_tensor, puma_tensor_free, puma_tensor_from_public, puma_tensor_shape};
 

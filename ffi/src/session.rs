@@ -459,6 +459,28 @@ pub unsafe extern "C" fn puma_session_handle_frame(
     })
 }
 
+/// Tells the running operation that the host's timer for its current wait expired
+/// (the library reads no clock). The operation fails: this call returns
+/// `PUMA_ERR_TIMEOUT`, and the next polls return abort frames for the peers and then
+/// `PUMA_EVENT_DONE` with `PUMA_ERR_TIMEOUT`.
+///
+/// Errors: `PUMA_ERR_TIMEOUT` (the expected result); `PUMA_ERR_WRONG_STATE` if no
+/// operation is running; handle errors.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_handle_timeout(session: *mut puma_session) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        match &mut s.state {
+            State::Running(r) => Ok(r.handle_input(Input::Timeout)?),
+            _ => Err(FfiError::wrong_state("no operation is running")),
+        }
+    })
+}
+
 /// Returns the next thing the host must do for the running operation, in `*out`:
 /// - `PUMA_EVENT_TRANSMIT`: the frame was copied to `buf`; send `out->frame_len` bytes to
 ///   party `out->peer`;

@@ -744,3 +744,37 @@ fn a_frame_while_idle_is_a_protocol_error() {
         );
     }
 }
+
+#[test]
+fn a_timeout_fails_the_operation_and_aborts_it_at_the_peers() {
+    let mut p = Parties::new(17);
+    let mut ev = empty_event();
+    // SAFETY: live sessions; null values at non-owners.
+    unsafe {
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
+        let v = [2.0];
+        for i in 0..3 {
+            let vp = if i == 1 { v.as_ptr() } else { ptr::null() };
+            ok(puma_session_start_share(p.s[i], 1, vp, 1, 1, 1));
+        }
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_TIMEOUT);
+        assert!(last_error().contains("deadline"), "{}", last_error());
+        // The setup frame is dropped; abort frames go to both peers.
+        let buf = &mut p.buf;
+        let mut to = Vec::new();
+        loop {
+            let st = puma_session_poll(p.s[0], buf.as_mut_ptr(), buf.len(), &mut ev);
+            if ev.kind == PUMA_EVENT_DONE {
+                assert_eq!(st, PUMA_ERR_TIMEOUT);
+                break;
+            }
+            ok(st);
+            to.push(ev.peer);
+        }
+        assert_eq!(to, vec![1, 2]);
+        assert_eq!(
+            puma_session_poll(p.s[0], buf.as_mut_ptr(), buf.len(), &mut ev),
+            PUMA_ERR_WRONG_STATE
+        );
+    }
+}
