@@ -119,3 +119,49 @@ fn python_example_runs() {
     assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
     assert!(stdout.contains("max |error|: matmul"), "{}", show(&out));
 }
+
+#[test]
+fn c_sees_the_rust_layouts() {
+    use puma_ffi::{puma_event, puma_gpt2_config, puma_stats, puma_status};
+    use std::mem::{offset_of, size_of};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("layout.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include "puma.h"
+int main(void) {
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu\n", sizeof(puma_status), sizeof(puma_event),
+         offsetof(puma_event, peer), offsetof(puma_event, frame_len), sizeof(puma_stats),
+         offsetof(puma_stats, bytes_received), offsetof(puma_stats, setup_bytes_sent),
+         sizeof(puma_gpt2_config));
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("layout");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = tool(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(repo().join("ffi/include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let out = Command::new(&exe).output().unwrap();
+    let expected = format!(
+        "{} {} {} {} {} {} {} {}\n",
+        size_of::<puma_status>(),
+        size_of::<puma_event>(),
+        offset_of!(puma_event, peer),
+        offset_of!(puma_event, frame_len),
+        size_of::<puma_stats>(),
+        offset_of!(puma_stats, bytes_received),
+        offset_of!(puma_stats, setup_bytes_sent),
+        size_of::<puma_gpt2_config>(),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
