@@ -10,7 +10,8 @@
 //! `_gpt2_forward`), feed it the frames received from the peers
 //! (`puma_session_handle_frame`) and poll it (`puma_session_poll`) for frames to send,
 //! with their destination, until `PUMA_EVENT_DONE`; then take the result (a shared tensor,
-//! revealed values or a shared model). Counters: `puma_session_stats`.
+//! revealed values or a shared model). A host timer that expires is reported with
+//! `puma_session_handle_timeout`. Counters: `puma_session_stats`.
 //!
 //! Conventions, after rustls-ffi:
 //! - every fallible function returns a [`puma_status`] (`PUMA_OK` = 0) and describes a

@@ -208,8 +208,8 @@ impl puma_session {
             ));
         }
         let id = |n: u64| (n > 0).then(|| op_session_id(self.base_id, n));
-        let (current, next, previous) =
-            (id(self.ops), id(self.ops + 1), id(self.ops.wrapping_sub(1)));
+        let (current, next) = (id(self.ops), id(self.ops + 1));
+        let previous = self.ops.checked_sub(1).and_then(id);
         let header = wire::decode_header(bytes, from);
         let sid = header.as_ref().ok().map(|h| h.session_id);
         let running = matches!(self.state, State::Running(_));

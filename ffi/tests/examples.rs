@@ -1,7 +1,8 @@
 //! The C and Python examples, built and run against the library this test run built:
 //! the C program with the system C compiler (and again under valgrind), the Python one
 //! with ctypes. Each checks its secure results against a plaintext computation and exits
-//! non-zero otherwise.
+//! non-zero otherwise. Also from C: misuse (`tests/c/misuse.c`, under valgrind) and the
+//! struct layouts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -45,14 +46,14 @@ fn tool(name: &str) -> Command {
     c
 }
 
-/// Compiles `examples/c/three_parties.c` against the static library.
-fn build_c_example(dir: &Path) -> PathBuf {
+/// Compiles the C program `src` (relative to the repository) against the static library.
+fn build_c(src: &str, dir: &Path) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let exe = dir.join("three_parties");
+    let exe = dir.join(Path::new(src).file_stem().unwrap());
     let out = tool(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I"])
         .arg(repo().join("ffi/include"))
-        .arg(repo().join("examples/c/three_parties.c"))
+        .arg(repo().join(src))
         .arg(built_library("libpuma_ffi.a"))
         .args(["-lpthread", "-ldl", "-lm", "-o"])
         .arg(&exe)
@@ -65,7 +66,7 @@ fn build_c_example(dir: &Path) -> PathBuf {
 #[test]
 fn c_example_runs_and_is_clean_under_valgrind() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_c_example(dir.path());
+    let exe = build_c("examples/c/three_parties.c", dir.path());
 
     let out = Command::new(&exe).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -73,8 +74,13 @@ fn c_example_runs_and_is_clean_under_valgrind() {
     assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
     assert!(stdout.contains("max |error|: matmul"), "{}", show(&out));
 
-    // No invalid access, no use of uninitialised memory, and nothing definitely,
-    // indirectly or possibly lost at exit (exit code 99 otherwise).
+    valgrind_clean(&exe);
+}
+
+/// Runs `exe` under valgrind: no invalid access, no use of uninitialised memory, and
+/// nothing definitely, indirectly or possibly lost at exit (exit code 99 otherwise); the
+/// program itself must print "ok".
+fn valgrind_clean(exe: &Path) {
     let out = tool("valgrind")
         .args([
             "--error-exitcode=99",
@@ -82,7 +88,7 @@ fn c_example_runs_and_is_clean_under_valgrind() {
             "--show-leak-kinds=definite,indirect,possible",
             "--errors-for-leak-kinds=definite,indirect,possible",
         ])
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -101,6 +107,15 @@ fn c_example_runs_and_is_clean_under_valgrind() {
             .lines()
             .any(|l| l == "ok")
     );
+}
+
+#[test]
+fn c_misuse_returns_documented_statuses_under_valgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c("ffi/tests/c/misuse.c", dir.path());
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success(), "misuse checks failed: {}", show(&out));
+    valgrind_clean(&exe);
 }
 
 #[test]
