@@ -13,7 +13,7 @@ const RECIP_EXTRA: u32 = 12;
 
 /// tanh of every element, output at f fractional bits.
 ///
-/// Schedule: s = [x < 0] (one comparison in Z_2^32, B2A), |x| = x − 2·s·x (one product,
+/// Schedule: s = `[x < 0]` (one comparison in Z_2^32, B2A), |x| = x − 2·s·x (one product,
 /// no truncation: s is an integer), e = exp(−2|x|) by [`proto::neg_exp_with`] with
 /// [`ExpApprox::Taylor2`] t = 8 (max |err| ≤ 1e-5), r = 1/(1 + e) by
 /// [`proto::reciprocal_extra`] on [2^(f−1), 2^(f+2)) with 12 extra bits,

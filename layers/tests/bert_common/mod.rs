@@ -164,12 +164,12 @@ pub fn pair_ranking(cos: &Array2<f64>) -> Vec<(usize, usize)> {
     p
 }
 
+/// A sentence pair (i < j).
+pub type Pair = (usize, usize);
+
 /// Pairs of sentence pairs ordered differently by `got` than by `reference`, with the
 /// reference's gap between them: `(pair a, pair b, |reference gap|)`.
-pub fn discordant(
-    got: &Array2<f64>,
-    reference: &Array2<f64>,
-) -> Vec<((usize, usize), (usize, usize), f64)> {
+pub fn discordant(got: &Array2<f64>, reference: &Array2<f64>) -> Vec<(Pair, Pair, f64)> {
     let pairs = pair_ranking(reference);
     let mut out = Vec::new();
     for (x, a) in pairs.iter().enumerate() {
