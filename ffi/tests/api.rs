@@ -267,12 +267,18 @@ fn operations_match_plaintext() {
     // mul with a public constant tensor, trunc by 2 (÷4), lt against the public tensor.
     let cs = data(m * n, 3, 3.0);
     let c = p.public(&cs, m, n);
+    let r0 = p.stats(0).rounds;
     // SAFETY: live sessions and tensors.
     let prod = p.op(|s, i| unsafe { puma_session_start_mul(s, y[i], c[i]) });
+    assert_eq!(p.stats(0).rounds - r0, 2, "rounds of prod");
+    let r0 = p.stats(0).rounds;
     // SAFETY: live sessions and tensors.
     let quarter = p.op(|s, i| unsafe { puma_session_start_trunc(s, y[i], 2) });
+    assert_eq!(p.stats(0).rounds - r0, 1, "rounds of quarter");
+    let r0 = p.stats(0).rounds;
     // SAFETY: live sessions and tensors.
     let less = p.op(|s, i| unsafe { puma_session_start_lt(s, y[i], c[i]) });
+    assert_eq!(p.stats(0).rounds - r0, 8, "rounds of less");
 
     // LayerNorm of y's rows with γ, β shared by P1.
     let g: Vec<f64> = data(n, 4, 1.0).iter().map(|v| v + 1.5).collect();
