@@ -499,7 +499,7 @@ pub unsafe extern "C" fn puma_session_handle_timeout(session: *mut puma_session)
 /// `out->frame_len` is the size needed and the same frame is returned by the next poll;
 /// `PUMA_ERR_WRONG_STATE` if no operation is running; the error of a failed operation
 /// (`PUMA_ERR_PROTOCOL`, `PUMA_ERR_ABORTED`, `PUMA_ERR_INVALID_ARGUMENT`, ...). `*out` is
-/// written whenever `out` is valid.
+/// written on every status but the pointer and handle errors.
 ///
 /// # Safety
 /// `session` must be a live session used by no other thread; `buf` must be valid for
