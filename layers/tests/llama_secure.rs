@@ -112,6 +112,11 @@ fn rms_norm_scales_massive_activations() {
     let s = RmsScaling::new(d, 32768.0, 18).unwrap();
     assert_eq!((s.k, s.g), (5, 21));
     assert!(RmsScaling::new(1 << 20, 1e9, 18).is_err());
+    // A small bound needs no scaling; the square precision is capped at f + 8.
+    assert_eq!(
+        RmsScaling::new(64, 1.0, 18).unwrap(),
+        RmsScaling { k: 0, g: 26 }
+    );
     let mut x = vec![0.0f64; 3 * d];
     for (i, v) in x.iter_mut().enumerate() {
         *v = ((i * 37 % 101) as f64 - 50.0) / 25.0;

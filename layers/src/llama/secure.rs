@@ -61,6 +61,9 @@ const R_EXTRA_BITS: u32 = 8;
 /// 2f + 12 bits as in LayerNorm.
 const XG_EXTRA_BITS: u32 = 4;
 
+/// Most fractional bits of a square beyond f in [`rms_norm_rows`].
+const MAX_SQUARE_EXTRA_BITS: u32 = 8;
+
 /// The raw fixed-point encoding of `x` at `bits` fractional bits (round to nearest).
 fn encode_bits(x: f64, bits: u32) -> Result<u64, Error> {
     let v = (x * (1u64 << bits) as f64).round();
@@ -75,8 +78,8 @@ fn encode_bits(x: f64, bits: u32) -> Result<u64, Error> {
 pub struct RmsScaling {
     /// x is scaled by 2^−k before it multiplies x: x·trunc(x, k) stays below 2^61 raw.
     pub k: u32,
-    /// Fractional bits g ≥ f of each square x² (held at raw x²·2^g), chosen so that a
-    /// row's sum d·bound²·2^g stays below 2^61.
+    /// Fractional bits g ∈ [f, f + 8] of each square x² (held at raw x²·2^g), chosen so
+    /// that a row's sum d·bound²·2^g stays below 2^61.
     pub g: u32,
 }
 
@@ -100,7 +103,10 @@ impl RmsScaling {
                 "rmsnorm: residual bound too large for this width at f fractional bits",
             ));
         }
-        Ok(RmsScaling { k, g: g as u32 })
+        // At most the 2f − k bits the product carries, and f + 8 (LayerNorm's square
+        // precision; more would only inflate rsqrt's scale c = d·2^(g−f)).
+        let g = (g as u32).min(2 * f - k).min(f + MAX_SQUARE_EXTRA_BITS);
+        Ok(RmsScaling { k, g })
     }
 }
 
@@ -117,6 +123,9 @@ impl RmsScaling {
 /// stochastic, so it averages over the row. The mean and ε enter rsqrt through its public
 /// scale c = d·2^(g−f): √(c/X) with X = (Σx² + dε)·2^(g−f) is 1/√(mean(x²) + ε), at
 /// f + 8 fractional bits.
+///
+/// **Range** (contract): |x| ≤ bound for every entry; |γ|·√d < 2^14 (the final product
+/// xγ·r sits at 2f + 12 bits below 2^62).
 ///
 /// Schedule (all rows share every round): branch A: trunc(x, k) (1), x·trunc(x, k) (1),
 /// truncation to g bits (1), row sums plus dε (local), rsqrt (R_LT + 7); branch B:
@@ -267,8 +276,8 @@ fn encode_iter<'a>(
     Ok(out)
 }
 
-/// Concatenates the columns of `[d, a]` and `[d, b]` … matrices row by row (scaling the
-/// first by `s0`), encoded.
+/// The matrices `parts` (same number of rows, each with its scale factor) side by side,
+/// row-major, encoded: the fused `[d, q + 2kv]` and `[d, 2I]` weights.
 fn encode_hcat(fx: FixedPoint, parts: &[(&ndarray::Array2<f64>, f64)]) -> Result<Vec<u64>, Error> {
     let rows = parts.first().map_or(0, |(m, _)| m.nrows());
     let n: usize = parts.iter().map(|(m, _)| m.len()).sum();
