@@ -495,3 +495,39 @@ fn frames_from_oneself_are_misuse() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Misuse);
 }
+
+#[test]
+fn an_abort_after_unsent_frames_still_reads_as_an_abort() {
+    let run = |_ctx| async { Ok(5u64) };
+    let mut p0: Session<u64> = Session::new(Config::new(42), PartyId::P0, [1; 32], run).unwrap();
+    let mut p2: Session<u64> = Session::new(Config::new(42), PartyId::P2, [3; 32], run).unwrap();
+    // P0 fails before its setup frame to P2 went out: that frame is dropped and the abort
+    // takes its sequence number, so P2 sees an abort by P0, not a gap in P0's frames.
+    let err = p0
+        .handle_input(Input::Frame {
+            from: PartyId::P1,
+            bytes: &[0u8; 10],
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol { from: PartyId::P1 });
+    let mut to_p2 = Vec::new();
+    loop {
+        match p0.poll_output() {
+            Output::Transmit(t) if t.to == PartyId::P2 => to_p2.push(t.frame),
+            Output::Transmit(_) => {}
+            Output::Done(r) => {
+                assert!(r.is_err());
+                break;
+            }
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+    assert_eq!(to_p2.len(), 1, "only the abort frame reaches P2");
+    let e = p2
+        .handle_input(Input::Frame {
+            from: PartyId::P0,
+            bytes: to_p2[0].as_bytes(),
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted { by: PartyId::P0 });
+}

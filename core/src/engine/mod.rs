@@ -564,7 +564,13 @@ impl<T: 'static> Session<T> {
 
     /// Ends the session with `e`: drops queued frames and tells the peers (but `skip`).
     fn fail(&mut self, e: Error, skip: Option<PartyId>) {
-        self.out.clear();
+        // Unsent frames are dropped so that peers learn of the failure at once; their
+        // sequence numbers are handed back so that the abort frame is the next one each
+        // peer expects (a gap would make the peer report a protocol error instead).
+        for t in self.out.drain(..) {
+            let seq = &mut self.next_out_seq[t.to.index()];
+            *seq = seq.saturating_sub(1);
+        }
         for to in [self.me.next(), self.me.prev()] {
             if Some(to) == skip || self.peers[to.index()].finished.is_some() {
                 continue;
