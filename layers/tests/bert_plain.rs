@@ -184,3 +184,78 @@ fn minilm_matches_reference_embeddings() {
     eprintln!("minilm padded batch: embedding {db:.2e}");
     assert!(db <= 1e-6);
 }
+
+/// bert-tiny-random rewritten as a RoBERTa checkpoint (`roberta.` prefix, positions offset
+/// by pad_token_id + 1 = 2, the pooler and classifier as RoBERTa's `classifier.dense` /
+/// `classifier.out_proj`): the RoBERTa model must compute exactly what the BERT one does.
+#[test]
+fn roberta_layout_computes_the_same_as_bert() {
+    use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+    let dir = model_dir("bert-tiny-random");
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in st.tensors() {
+        assert_eq!(view.dtype(), Dtype::F32);
+        let (new_name, shape, data) = match name.as_str() {
+            "bert.embeddings.position_embeddings.weight" => {
+                // Two leading rows (padding_idx 1 and the unused 0), then BERT's rows.
+                let mut data = vec![0u8; 2 * 64 * 4];
+                data.extend_from_slice(view.data());
+                (name.replace("bert.", "roberta."), vec![514, 64], data)
+            }
+            n if n.starts_with("bert.pooler.dense.") => (
+                n.replace("bert.pooler.dense.", "classifier.dense."),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            ),
+            n if n.starts_with("classifier.") => (
+                n.replace("classifier.", "classifier.out_proj."),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            ),
+            n => (
+                n.replacen("bert.", "roberta.", 1),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            ),
+        };
+        owned.push((new_name, shape, data));
+    }
+    let views: Vec<(String, TensorView<'_>)> = owned
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), d).unwrap(),
+            )
+        })
+        .collect();
+    let roberta_bytes = safetensors::serialize(views, None).unwrap();
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .unwrap()
+        .replace("\"model_type\": \"bert\"", "\"model_type\": \"roberta\"")
+        .replace(
+            "\"max_position_embeddings\": 512",
+            "\"max_position_embeddings\": 514",
+        )
+        .replace("\"pad_token_id\": 0", "\"pad_token_id\": 1");
+    let cfg = puma_layers::bert::BertConfig::from_json_str(&config).unwrap();
+    assert_eq!(cfg.flavor, BertFlavor::Roberta);
+    let w = puma_layers::bert::BertWeights::from_safetensors_bytes(&roberta_bytes, &cfg).unwrap();
+    assert_eq!(w.num_labels(), 2);
+    let roberta = PlainBert::new(cfg, w);
+    let bert = PlainBert::load(&dir).unwrap();
+    let r = Reference::load("bert-tiny-random");
+    let batch = r.batch("batch");
+    let (a, b) = (
+        bert.forward(&batch).unwrap(),
+        roberta.forward(&batch).unwrap(),
+    );
+    let mask = batch.attention_mask.clone();
+    assert!(max_diff_rows(&a.last_hidden_state, &b.last_hidden_state, Some(&mask)) < 1e-12);
+    assert!(max_diff_rows(a.logits.as_ref().unwrap(), b.logits.as_ref().unwrap(), None) < 1e-12);
+    // And against the reference logits.
+    let l = max_diff_rows(b.logits.as_ref().unwrap(), &r.matrix("batch.logits"), None);
+    assert!(l <= 1e-6, "{l}");
+}
