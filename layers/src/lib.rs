@@ -9,7 +9,9 @@
 //! Models: [`config`] and [`checkpoint`] read Hugging Face GPT-2 checkpoints
 //! (`config.json` + `model.safetensors`), [`tokenizer`] is GPT-2's byte-level BPE, and
 //! [`gpt2::plain`] is the `f64` GPT-2 forward pass (with KV-cached greedy generation) that
-//! every secure result is compared against.
+//! every secure result is compared against. [`bert`] holds BERT / RoBERTa encoders (loading,
+//! plaintext `f64` reference, secure evaluation, sentence embeddings) and [`wordpiece`]
+//! BERT's WordPiece tokenizer.
 //!
 //! ## Example: a secret matrix product among three simulated parties
 //! ```
