@@ -691,7 +691,10 @@ pub async fn sentence_embeddings(
     let sq = proto::square(ctx, &mean).await?;
     let sq = proto::trunc(ctx, &sq, f).await?;
     let norm2 = sq.sum_chunks(d)?;
-    let r = proto::rsqrt(ctx, &norm2, f - 8, f + 16, NORM_EXTRA).await?;
+    let lo = f.checked_sub(8).ok_or(Error::misuse(
+        "sentence embeddings need at least 8 fractional bits",
+    ))?;
+    let r = proto::rsqrt(ctx, &norm2, lo, f + 16, NORM_EXTRA).await?;
     let bcast: Vec<usize> = (0..shape.batch * d).map(|i| i / d).collect();
     let e = proto::mul(ctx, &mean, &r.gather(&bcast)?).await?;
     proto::trunc(ctx, &e, f + NORM_EXTRA).await
