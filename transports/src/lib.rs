@@ -32,6 +32,7 @@
 //! ```
 
 pub mod driver;
+pub mod embedded;
 mod error;
 pub mod loopback;
 pub mod mem;

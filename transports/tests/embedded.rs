@@ -1,0 +1,219 @@
+//! The embedded-io link over an in-memory pipe with small buffers: the same frames and
+//! results as the threaded in-memory transport; an oversized frame is refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use embedded_io::{ErrorKind as IoKind, ErrorType, Read, ReadReady, Write, WriteReady};
+use puma_core::{Config, FixedPoint, PartyId, Session, proto};
+use puma_transports::embedded::StreamLink;
+use puma_transports::{FrameError, Link, TransportError, drive, mem};
+
+/// One direction of a pipe: a bounded byte queue and whether the writer is gone.
+#[derive(Default)]
+struct Queue {
+    bytes: VecDeque<u8>,
+    closed: bool,
+}
+
+/// One end of a bidirectional in-memory pipe holding at most `CAP` bytes per direction,
+/// so that large frames need back-pressure.
+struct End {
+    rx: Arc<Mutex<Queue>>,
+    tx: Arc<Mutex<Queue>>,
+}
+
+const CAP: usize = 4096;
+
+fn pipe() -> (End, End) {
+    let (a, b) = (Arc::default(), Arc::default());
+    (
+        End {
+            rx: Arc::clone(&a),
+            tx: Arc::clone(&b),
+        },
+        End { rx: b, tx: a },
+    )
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap().closed = true;
+    }
+}
+
+#[derive(Debug)]
+struct PipeError;
+
+impl embedded_io::Error for PipeError {
+    fn kind(&self) -> IoKind {
+        IoKind::BrokenPipe
+    }
+}
+
+impl ErrorType for End {
+    type Error = PipeError;
+}
+
+impl Read for End {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, PipeError> {
+        loop {
+            let mut q = self.rx.lock().unwrap();
+            if !q.bytes.is_empty() || q.closed || buf.is_empty() {
+                let n = buf.len().min(q.bytes.len());
+                for (b, x) in buf.iter_mut().zip(q.bytes.drain(..n)) {
+                    *b = x;
+                }
+                return Ok(n);
+            }
+            drop(q);
+            thread::yield_now();
+        }
+    }
+}
+
+impl ReadReady for End {
+    fn read_ready(&mut self) -> Result<bool, PipeError> {
+        let q = self.rx.lock().unwrap();
+        Ok(!q.bytes.is_empty() || q.closed)
+    }
+}
+
+impl Write for End {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, PipeError> {
+        let mut q = self.tx.lock().unwrap();
+        let n = buf.len().min(CAP - q.bytes.len());
+        q.bytes.extend(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> Result<(), PipeError> {
+        Ok(())
+    }
+}
+
+impl WriteReady for End {
+    fn write_ready(&mut self) -> Result<bool, PipeError> {
+        Ok(self.tx.lock().unwrap().bytes.len() < CAP)
+    }
+}
+
+/// Three links joined by pipes: P0–P1, P1–P2, P2–P0.
+fn links(max: usize) -> [StreamLink<End>; 3] {
+    let (a01, a10) = pipe();
+    let (a12, a21) = pipe();
+    let (a20, a02) = pipe();
+    let mk = |me, next, prev| StreamLink::new(me, next, prev).with_max_frame_len(max);
+    [
+        mk(PartyId::P0, a01, a02),
+        mk(PartyId::P1, a12, a10),
+        mk(PartyId::P2, a20, a21),
+    ]
+}
+
+const N: usize = 5_000;
+
+fn cfg() -> Config {
+    let mut c = Config::new(9);
+    c.max_frame_len = 16 << 10;
+    c
+}
+
+type BoxedRun =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u64>, puma_core::Error>> + Send>>;
+
+fn protocol(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static {
+    move |mut ctx| {
+        Box::pin(async move {
+            let fx = FixedPoint::default();
+            let xs: Vec<u64> = (0..N)
+                .map(|i| fx.encode(i as f64 * 0.01 - 20.0).unwrap())
+                .collect();
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&xs[..]),
+                N,
+            )
+            .await?;
+            let y = proto::mul_fixed(&mut ctx, &x, &x).await?;
+            proto::reveal_all(&mut ctx, &y).await
+        })
+    }
+}
+
+#[test]
+fn the_same_run_as_in_memory_over_small_pipes() {
+    let m = mem::run3(cfg(), 4, protocol);
+    let mem_stats = m.stats.clone();
+    let want = m.into_results().unwrap();
+    let entropy = mem::entropy_from_seed(4);
+    let got: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = links(cfg().max_frame_len)
+            .into_iter()
+            .zip(PartyId::ALL)
+            .map(|(mut link, p)| {
+                let e = entropy[p.index()];
+                s.spawn(move || {
+                    let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
+                    let r = drive(&mut session, &mut link, Duration::from_secs(20)).unwrap();
+                    (r, session.stats())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let fx = FixedPoint::default();
+    assert!((fx.decode(want[0][7]) - (0.07f64 - 20.0).powi(2)).abs() < 1e-3);
+    for (p, (r, st)) in got.iter().enumerate() {
+        assert_eq!(r, &want[p], "P{p} result");
+        assert_eq!(st.bytes_sent, mem_stats[p].bytes_sent, "P{p}");
+        assert_eq!(st.frames_sent, mem_stats[p].frames_sent, "P{p}");
+        assert_eq!(st.rounds, mem_stats[p].rounds, "P{p}");
+    }
+    // Records of 40 000 bytes went through 4 KiB pipes in 16 KiB frames.
+    assert!(mem_stats[0].frames_sent.iter().sum::<u64>() >= 6);
+}
+
+#[test]
+fn an_oversized_length_prefix_is_refused() {
+    let [mut l0, mut l1, _l2] = links(1024);
+    l0.send(PartyId::P1, vec![7u8; 2000]).unwrap_or(());
+    match l1.recv(Duration::from_secs(5)) {
+        Err(TransportError::BadFrame {
+            peer: PartyId::P0,
+            reason:
+                FrameError::Oversized {
+                    len: 2000,
+                    max: 1024,
+                },
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_closed_stream_is_reported_after_its_frames() {
+    let [mut l0, mut l1, l2] = links(1024);
+    l0.send(PartyId::P1, vec![1, 2, 3]).unwrap();
+    drop(l0);
+    drop(l2);
+    assert_eq!(
+        l1.recv(Duration::from_secs(1)).unwrap(),
+        puma_transports::Recv::Frame {
+            from: PartyId::P0,
+            bytes: vec![1, 2, 3]
+        }
+    );
+    let a = l1.recv(Duration::from_secs(1)).unwrap();
+    let b = l1.recv(Duration::from_secs(1)).unwrap();
+    let mut closed = [a, b].map(|r| match r {
+        puma_transports::Recv::Closed { peer } => peer.index(),
+        other => panic!("{other:?}"),
+    });
+    closed.sort();
+    assert_eq!(closed, [0, 2]);
+}
