@@ -9,10 +9,11 @@
 //! [`run3`] is the one-call entry point; [`links`] gives the raw links for custom set-ups
 //! (fault tests, a party driven by hand).
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use puma_core::{Config, Ctx, Error, PartyId, Session, Stats};
 use rand_chacha::ChaCha8Rng;
@@ -21,8 +22,44 @@ use rand_core::{RngCore, SeedableRng};
 use crate::driver::{self, DEFAULT_TIMEOUT, Link, Recv};
 use crate::error::TransportError;
 
-/// A frame (`Some`) or the close marker (`None`) from a peer.
-type Message = (PartyId, Option<Vec<u8>>);
+/// A frame (`Some`) or the close marker (`None`) from a peer, and when it may be
+/// delivered (shaped links only).
+type Message = (PartyId, Option<Vec<u8>>, Option<Instant>);
+
+/// Network shaping for the in-memory links, to measure protocols as if on a network.
+///
+/// Each directed link is a wire of `bits_per_sec` with a one-way `latency`: a frame
+/// starts once the frames sent before it on the same link have gone out, takes
+/// `len × 8 / bits_per_sec` to go out, and is delivered `latency` after that. The
+/// delivery time depends only on when frames were sent and on their sizes (the sender
+/// never blocks, as with a deep send buffer), so the effect is deterministic up to the
+/// accuracy of the receiving thread's sleep. Framing overhead of a real network (TCP/IP,
+/// TLS) is not added: the bytes are the session's frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Bandwidth of each directed link in bits per second (0: unlimited).
+    pub bits_per_sec: u64,
+    /// One-way latency (half the round-trip time).
+    pub latency: Duration,
+}
+
+impl Shape {
+    /// A LAN as in PUMA's evaluation setting: 5 Gbit/s, 0.5 ms one way (1 ms RTT).
+    pub const LAN: Shape = Shape {
+        bits_per_sec: 5_000_000_000,
+        latency: Duration::from_micros(500),
+    };
+
+    /// When a frame of `len` bytes sent `now` on a link free from `free_at` has gone out.
+    fn sent_by(&self, now: Instant, free_at: Option<Instant>, len: usize) -> Instant {
+        let start = free_at.map_or(now, |f| f.max(now));
+        if self.bits_per_sec == 0 {
+            return start;
+        }
+        let nanos = (len as u128 * 8 * 1_000_000_000) / u128::from(self.bits_per_sec);
+        start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
 
 /// One party's end of the in-memory network.
 #[derive(Debug)]
@@ -33,6 +70,12 @@ pub struct MemLink {
     inbox: Receiver<Message>,
     /// Peers whose close this link has already reported.
     reported: [bool; 3],
+    /// Shaping of this party's outgoing links, if any.
+    shape: Option<Shape>,
+    /// When each outgoing link has sent everything queued so far (shaped links).
+    free_at: [Option<Instant>; 3],
+    /// Messages received but not yet due, per sender (shaped links).
+    due: [VecDeque<(Instant, Option<Vec<u8>>)>; 3],
 }
 
 impl MemLink {
@@ -44,6 +87,11 @@ impl MemLink {
 
 /// Three connected links, by party index.
 pub fn links() -> [MemLink; 3] {
+    links_shaped(None)
+}
+
+/// Three connected links whose frames are delayed as by `shape` (see [`Shape`]).
+pub fn links_shaped(shape: Option<Shape>) -> [MemLink; 3] {
     let (tx0, rx0) = channel();
     let (tx1, rx1) = channel();
     let (tx2, rx2) = channel();
@@ -52,6 +100,9 @@ pub fn links() -> [MemLink; 3] {
         peers,
         inbox,
         reported: [false; 3],
+        shape,
+        free_at: [None; 3],
+        due: Default::default(),
     };
     [
         mk(
@@ -73,14 +124,29 @@ impl Link for MemLink {
                 .ok_or(TransportError::Core(Error::misuse(
                     "a party cannot send to itself",
                 )))?;
-        tx.send((self.me, Some(frame)))
+        let at = self.shape.map(|sh| {
+            let slot = self.free_at.get_mut(to.index());
+            let done = sh.sent_by(
+                Instant::now(),
+                slot.as_deref().copied().flatten(),
+                frame.len(),
+            );
+            if let Some(f) = slot {
+                *f = Some(done);
+            }
+            done + sh.latency
+        });
+        tx.send((self.me, Some(frame), at))
             .map_err(|_| TransportError::Disconnected { peer: to })
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Recv, TransportError> {
+        if self.shape.is_some() {
+            return self.recv_shaped(timeout);
+        }
         match self.inbox.recv_timeout(timeout) {
-            Ok((from, Some(bytes))) => Ok(Recv::Frame { from, bytes }),
-            Ok((peer, None)) => {
+            Ok((from, Some(bytes), _)) => Ok(Recv::Frame { from, bytes }),
+            Ok((peer, None, _)) => {
                 if let Some(r) = self.reported.get_mut(peer.index()) {
                     *r = true;
                 }
@@ -103,11 +169,92 @@ impl Link for MemLink {
     }
 }
 
+impl MemLink {
+    /// `recv` on shaped links: hold each message until it is due.
+    fn recv_shaped(&mut self, timeout: Duration) -> Result<Recv, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let mut senders_gone = false;
+        loop {
+            // Move everything that has arrived into the per-sender queues.
+            loop {
+                match self.inbox.try_recv() {
+                    Ok((from, m, at)) => {
+                        if let Some(q) = self.due.get_mut(from.index()) {
+                            q.push_back((at.unwrap_or_else(Instant::now), m));
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        senders_gone = true;
+                        break;
+                    }
+                }
+            }
+            let now = Instant::now();
+            let next = PartyId::ALL
+                .into_iter()
+                .filter_map(|p| self.due.get(p.index())?.front().map(|(t, _)| (*t, p)))
+                .min_by_key(|(t, _)| *t);
+            if let Some((t, p)) = next {
+                if t <= now {
+                    let m = self.due.get_mut(p.index()).and_then(VecDeque::pop_front);
+                    return match m {
+                        Some((_, Some(bytes))) => Ok(Recv::Frame { from: p, bytes }),
+                        _ => {
+                            if let Some(r) = self.reported.get_mut(p.index()) {
+                                *r = true;
+                            }
+                            Ok(Recv::Closed { peer: p })
+                        }
+                    };
+                }
+            }
+            if now >= deadline {
+                return Ok(Recv::TimedOut);
+            }
+            if senders_gone && next.is_none() {
+                let peer = [self.me.next(), self.me.prev()]
+                    .into_iter()
+                    .find(|p| !self.reported.get(p.index()).copied().unwrap_or(true))
+                    .unwrap_or(self.me.next());
+                if let Some(r) = self.reported.get_mut(peer.index()) {
+                    *r = true;
+                }
+                return Ok(Recv::Closed { peer });
+            }
+            let until = next.map_or(deadline, |(t, _)| t.min(deadline));
+            let wait = until.saturating_duration_since(now);
+            if senders_gone {
+                thread::sleep(wait);
+                continue;
+            }
+            match self.inbox.recv_timeout(wait) {
+                Ok((from, m, at)) => {
+                    if let Some(q) = self.due.get_mut(from.index()) {
+                        q.push_back((at.unwrap_or_else(Instant::now), m));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => senders_gone = true,
+            }
+        }
+    }
+}
+
 impl Drop for MemLink {
     fn drop(&mut self) {
-        for tx in self.peers.iter().flatten() {
+        let me = self.me;
+        for p in [me.next(), me.prev()] {
+            let Some(tx) = self.peers.get(p.index()).and_then(Option::as_ref) else {
+                continue;
+            };
+            // The close follows the frames sent before it on the shaped wire.
+            let at = self.shape.map(|sh| {
+                let free = self.free_at.get(p.index()).copied().flatten();
+                sh.sent_by(Instant::now(), free, 0) + sh.latency
+            });
             // A peer that is gone already needs no marker.
-            let _ = tx.send((self.me, None));
+            let _ = tx.send((me, None, at));
         }
     }
 }
@@ -173,6 +320,24 @@ pub fn run3_with_timeout<T, G, Fut>(
     cfg: Config,
     entropy_seed: u64,
     timeout: Duration,
+    make: impl FnMut(PartyId) -> G,
+) -> Outcome<T>
+where
+    T: Send + 'static,
+    G: FnOnce(Ctx) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, Error>> + Send + 'static,
+{
+    run3_shaped(cfg, entropy_seed, timeout, None, make)
+}
+
+/// [`run3_with_timeout`] over links shaped by `shape` (bandwidth and latency, see
+/// [`Shape`]); `None` is [`run3_with_timeout`]. The frames, bytes and results are those
+/// of the unshaped run; only the timing changes.
+pub fn run3_shaped<T, G, Fut>(
+    cfg: Config,
+    entropy_seed: u64,
+    timeout: Duration,
+    shape: Option<Shape>,
     mut make: impl FnMut(PartyId) -> G,
 ) -> Outcome<T>
 where
@@ -186,13 +351,16 @@ where
         Session::new(cfg.clone(), p, e, make(p))
     });
     let joined: [Option<(Result<T, TransportError>, Stats)>; 3] = thread::scope(|scope| {
-        let handles = sessions.into_iter().zip(links()).map(|(session, link)| {
-            let party = link.me();
-            let handle = thread::Builder::new()
-                .name(format!("puma-{party}"))
-                .spawn_scoped(scope, move || run_party(session, link, timeout));
-            (party, handle)
-        });
+        let handles = sessions
+            .into_iter()
+            .zip(links_shaped(shape))
+            .map(|(session, link)| {
+                let party = link.me();
+                let handle = thread::Builder::new()
+                    .name(format!("puma-{party}"))
+                    .spawn_scoped(scope, move || run_party(session, link, timeout));
+                (party, handle)
+            });
         // Spawn all three before joining any.
         let handles: Vec<_> = handles.collect();
         let mut out: [Option<(Result<T, TransportError>, Stats)>; 3] = [None, None, None];

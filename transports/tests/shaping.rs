@@ -1,0 +1,55 @@
+//! Shaped in-memory links: the same frames and results, delivered no earlier than the
+//! latency and bandwidth allow.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use puma_core::{Config, FixedPoint, PartyId, proto};
+use puma_transports::mem::{self, Shape};
+
+#[test]
+fn shaping_delays_delivery_but_changes_nothing_else() {
+    let n = 4096;
+    let make = |me: PartyId| {
+        move |mut ctx: puma_core::Ctx| async move {
+            let fx = FixedPoint::default();
+            let xs: Vec<u64> = (0..n).map(|i| fx.encode(i as f64 * 0.5).unwrap()).collect();
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&xs[..]),
+                n,
+            )
+            .await?;
+            let y = proto::mul_fixed(&mut ctx, &x, &x).await?;
+            proto::reveal_all(&mut ctx, &y).await
+        }
+    };
+    let plain = mem::run3(Config::new(3), 8, make);
+    // 20 ms one way; 80 Mbit/s: a 32 KiB record takes 3.3 ms to go out.
+    let shape = Shape {
+        bits_per_sec: 80_000_000,
+        latency: Duration::from_millis(20),
+    };
+    let t0 = Instant::now();
+    let shaped = mem::run3_shaped(
+        Config::new(3),
+        8,
+        Duration::from_secs(20),
+        Some(shape),
+        make,
+    );
+    let took = t0.elapsed();
+    assert_eq!(shaped.stats, plain.stats);
+    let rounds = u64::from(shaped.rounds()) + 1; // and the setup round
+    assert!(rounds >= 3);
+    // Every round waits for at least one frame of the one before: rounds × latency.
+    assert!(
+        took >= shape.latency * rounds as u32,
+        "{took:?} for {rounds} rounds"
+    );
+    assert_eq!(
+        shaped.into_results().unwrap(),
+        plain.into_results().unwrap()
+    );
+}
