@@ -1,0 +1,109 @@
+//! Secure GPT-2 (the embedded Shakespeare model, prompt "ROMEO:", 8 tokens) with three
+//! parties in one process over in-memory channels, TCP+TLS and QUIC on 127.0.0.1: the
+//! same sessions, so the same ids and bytes; prints the wall time of each.
+//!
+//! ```sh
+//! cargo run --release -p puma-examples --bin gpt2_net [-- --max-new-tokens 8]
+//! ```
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use puma_core::{Config, PartyId};
+use puma_examples::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
+use puma_examples::party::{Gpt2Job, gpt2_protocol};
+use puma_layers::Gpt2Tokenizer;
+use puma_layers::gpt2::secure::SecureSettings;
+use puma_transports::loopback::{self, Network};
+use puma_transports::mem;
+
+/// Secure GPT-2 over each transport on loopback.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The prompt.
+    #[arg(long, default_value = "ROMEO:")]
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 8)]
+    max_new_tokens: usize,
+    /// Also run over QUIC.
+    #[arg(long)]
+    quic: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let model = match load_model(Path::new(DEFAULT_MODEL_DIR)) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("gpt2_net: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tok = match Gpt2Tokenizer::new() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("gpt2_net: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let prompt: Arc<[u32]> = tok.encode(&args.prompt).into();
+    let weights = Arc::new(model.weights);
+    let make = |p: PartyId| {
+        let job = Gpt2Job {
+            config: model.config.clone(),
+            weights: (p == OWNER).then(|| Arc::clone(&weights)),
+            prompt: (p == CLIENT).then(|| Arc::clone(&prompt)),
+            max_new_tokens: args.max_new_tokens,
+            settings: SecureSettings::default(),
+        };
+        gpt2_protocol(p, job, None)
+    };
+    let timeout = Duration::from_secs(60);
+    let mut runs = vec!["memory"];
+    runs.push("tcp+tls");
+    if args.quic {
+        runs.push("quic");
+    }
+    let mut base: Option<(Vec<u32>, u64, f64)> = None;
+    for name in runs {
+        let t0 = Instant::now();
+        let outcome = match name {
+            "memory" => mem::run3_with_timeout(Config::new(1), 1, timeout, make),
+            "tcp+tls" => loopback::run3(Network::Tcp, Config::new(1), 1, timeout, make).0,
+            _ => loopback::run3(Network::Quic, Config::new(1), 1, timeout, make).0,
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        let bytes: u64 = outcome
+            .stats
+            .iter()
+            .map(|s| s.bytes_total() + s.setup_bytes_sent)
+            .sum();
+        let rounds = outcome.rounds();
+        let ids = match outcome.into_results() {
+            Ok([ids, _, _]) => ids,
+            Err(e) => {
+                eprintln!("gpt2_net: {name}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let text = tok.decode(&ids).unwrap_or_default();
+        let ratio = base.as_ref().map_or(1.0, |b| secs / b.2);
+        println!(
+            "{name:8} {secs:7.2} s  ({ratio:.2}x memory)  {rounds} rounds  {bytes} bytes  ids {ids:?} {text:?}"
+        );
+        match &base {
+            None => base = Some((ids, bytes, secs)),
+            Some((bids, bbytes, _)) => {
+                if *bids != ids || *bbytes != bytes {
+                    eprintln!("gpt2_net: {name} differs from the in-memory run");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
