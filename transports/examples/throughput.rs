@@ -59,7 +59,7 @@ fn main() {
                             got += bytes.len() as u64;
                             n += 1;
                         }
-                        Recv::Frame { .. } => {}
+                        Recv::Frame { .. } | Recv::Closed { peer: PartyId::P2 } => {}
                         other => panic!("{other:?}"),
                     }
                 }
