@@ -38,6 +38,7 @@ pub mod checkpoint;
 pub mod config;
 mod error;
 pub mod gpt2;
+pub mod kernel;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;
