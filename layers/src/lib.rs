@@ -34,11 +34,14 @@
 //! assert!((y[[0, 0]] - (-1.5)).abs() < 1e-5 && (y[[1, 0]] - (-2.5)).abs() < 1e-5);
 //! ```
 
+pub mod bert;
 pub mod checkpoint;
 pub mod config;
 mod error;
+pub mod gguf;
 pub mod gpt2;
 pub mod kernel;
+pub mod llama;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;
