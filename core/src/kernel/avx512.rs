@@ -11,8 +11,9 @@
 
 use alloc::vec::Vec;
 use core::arch::x86_64::{
-    __m512i, __mmask8, _mm512_add_epi64, _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64,
-    _mm512_mullo_epi64, _mm512_set1_epi64, _mm512_setzero_si512,
+    __m512i, __mmask8, _mm512_add_epi64, _mm512_loadu_si512, _mm512_mask_storeu_epi64,
+    _mm512_maskz_loadu_epi64, _mm512_mullo_epi64, _mm512_reduce_add_epi64, _mm512_set1_epi64,
+    _mm512_setzero_si512,
 };
 
 /// Rows of the register tile.
@@ -68,6 +69,14 @@ pub(super) fn matmul_acc(
     k: usize,
     n: usize,
 ) {
+    if n == 1 && ldb == 1 {
+        // A matrix-vector product (e.g. the LM head as `wte · h`): one dot product per
+        // row, 8 lanes over k, instead of tiles with 15 of 16 columns masked off.
+        for (i, c_i) in c.iter_mut().step_by(ldc.max(1)).take(m).enumerate() {
+            *c_i = c_i.wrapping_add(dot(&a[i * k..][..k], &b[..k]));
+        }
+        return;
+    }
     let pack = m > MR;
     let mut packed: Vec<u64> = Vec::new();
     if pack {
@@ -164,6 +173,44 @@ fn tile(
             _ => micro::<MR>(kc, a, lda, b, ldb, lo, hi, c, ldc),
         }
     }
+}
+
+/// `Σ x_p·y_p` (wrapping) of two equally long slices.
+fn dot(x: &[u64], y: &[u64]) -> u64 {
+    let n = x.len().min(y.len());
+    // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only entry), and
+    // `n` is within both slices.
+    unsafe { dot_avx512(&x[..n], &y[..n]) }
+}
+
+/// # Safety
+/// AVX-512 F and DQ are available and `x.len() == y.len()`.
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn dot_avx512(x: &[u64], y: &[u64]) -> u64 {
+    let mut acc = [_mm512_setzero_si512(); 4];
+    let (xc, yc) = (x.chunks_exact(32), y.chunks_exact(32));
+    let tail: u64 = xc
+        .remainder()
+        .iter()
+        .zip(yc.remainder())
+        .fold(0u64, |s, (&a, &b)| s.wrapping_add(a.wrapping_mul(b)));
+    for (xs, ys) in xc.zip(yc) {
+        for (j, acc_j) in acc.iter_mut().enumerate() {
+            // SAFETY: each chunk holds 32 words, so words 8j..8j+8 are in bounds.
+            let (xv, yv) = unsafe {
+                (
+                    _mm512_loadu_si512(xs.as_ptr().add(8 * j).cast()),
+                    _mm512_loadu_si512(ys.as_ptr().add(8 * j).cast()),
+                )
+            };
+            *acc_j = _mm512_add_epi64(*acc_j, _mm512_mullo_epi64(xv, yv));
+        }
+    }
+    let sum = _mm512_add_epi64(
+        _mm512_add_epi64(acc[0], acc[1]),
+        _mm512_add_epi64(acc[2], acc[3]),
+    );
+    (_mm512_reduce_add_epi64(sum) as u64).wrapping_add(tail)
 }
 
 /// The mask of the first `w.min(8)` lanes.
