@@ -392,7 +392,6 @@ async fn blocks_forward(
     let (d, h, hd) = (cfg.n_embd, cfg.n_head, cfg.head_dim());
     let past = cache.len;
     let total = past + rows;
-    let f = ctx.fixed().frac_bits();
     if cache.keys.is_empty() {
         cache.keys = (0..cfg.n_layer).map(|_| Vec::new()).collect();
         cache.values = (0..cfg.n_layer).map(|_| Vec::new()).collect();
@@ -458,15 +457,13 @@ async fn blocks_forward(
         let kt = Shares::concat(&kt_parts.iter().collect::<Vec<_>>())?;
         let vcat = Shares::concat(&values.iter().collect::<Vec<_>>())?;
         // Scores (the 1/√hd scaling is folded into the query weights).
-        let scores = proto::matmul_batch(ctx, &q, &kt, h, (rows, hd, total)).await?;
-        let scores = proto::trunc(ctx, &scores, f).await?;
+        let scores = proto::matmul_batch_fixed(ctx, &q, &kt, h, (rows, hd, total)).await?;
         let m3 = ctx.meter();
         costs.add("attention matmul", m2, m3);
         let probs = causal_softmax(ctx, &scores, h, rows, past, settings.softmax_exp).await?;
         let m4 = ctx.meter();
         costs.add("softmax", m3, m4);
-        let ctxv = proto::matmul_batch(ctx, &probs, &vcat, h, (rows, total, hd)).await?;
-        let ctxv = proto::trunc(ctx, &ctxv, f).await?;
+        let ctxv = proto::matmul_batch_fixed(ctx, &probs, &vcat, h, (rows, total, hd)).await?;
         // Merge heads back to rows × d.
         let merge: Vec<usize> = (0..rows)
             .flat_map(|i| {
