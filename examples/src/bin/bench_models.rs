@@ -7,10 +7,11 @@
 //!
 //! A configuration is either run whole (all blocks) or, by default for the shapes that do
 //! not fit in memory as three parties in one process (medium and large), measured with 1
-//! and 2 blocks and scaled by the block count: `f(L) = f(1) + (L − 1)·(f(2) − f(1))` for
+//! and 3 blocks and scaled by the block count: `f(L) = f(1) + (L − 1)·(f(3) − f(1))/2` for
 //! time, bytes, rounds, peak memory and every breakdown entry. Each output says which.
 //! Bytes and rounds are exact either way (every block costs the same); times and memory
-//! are measured.
+//! are measured. Every measured run is a fresh child process (this binary with `--single`),
+//! so that its peak resident set is its own.
 //!
 //! Bert-Base and Bert-Large (128 tokens) are not included: the secure BERT model has not
 //! landed yet.
@@ -43,13 +44,14 @@ const KINDS: [&str; 9] = [
 ];
 
 /// Figures of one run (or one scaled combination of runs).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Figures {
     /// Wall time of the whole run3 call (sharing + inference), seconds.
     wall_secs: f64,
     /// Longest model-sharing time over the parties, seconds.
     share_secs: f64,
-    /// Longest inference time over the parties, seconds.
+    /// Inference time: from the moment the last party finished sharing the model to the
+    /// moment the last party finished inference, seconds.
     infer_secs: f64,
     /// Payload bytes each party sent during inference (model sharing excluded).
     infer_bytes: [f64; 3],
@@ -100,16 +102,8 @@ fn rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Resets the process's peak resident set (Linux `clear_refs` 5), so that each run reports
-/// its own peak; without it a later, smaller run would report an earlier run's peak.
-fn reset_peak_rss() {
-    // Best effort: on failure the figure stays the process-wide peak.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 /// Runs `shape` with its first `layers` blocks: P1 owns the model, P0 is the client.
 fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
-    reset_peak_rss();
     let model = Arc::new(random_gpt2(shape, layers));
     let baseline_rss = rss().unwrap_or(0) as f64;
     let prompt: Vec<u32> = (0..PROMPT as u32)
@@ -127,7 +121,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
                 .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
-            let t = Instant::now();
+            let shared_at = Instant::now();
             let g = generate(
                 &mut ctx,
                 &m,
@@ -140,7 +134,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
                 None,
             )
             .await?;
-            Ok((g, share_secs, share_bytes, t.elapsed().as_secs_f64()))
+            Ok((g, share_secs, share_bytes, shared_at, Instant::now()))
         }
     });
     let wall_secs = start.elapsed().as_secs_f64();
@@ -152,11 +146,13 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
         breakdown: vec![(0.0, 0.0); KINDS.len()],
         ..Figures::default()
     };
+    let (mut all_shared, mut all_done) = (start, start);
     for (i, r) in out.results.iter().enumerate() {
-        let (g, share_secs, share_bytes, infer_secs) =
+        let (g, share_secs, share_bytes, shared_at, done_at) =
             r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
         fig.share_secs = fig.share_secs.max(*share_secs);
-        fig.infer_secs = fig.infer_secs.max(*infer_secs);
+        all_shared = all_shared.max(*shared_at);
+        all_done = all_done.max(*done_at);
         fig.share_bytes[i] = *share_bytes as f64;
         fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - share_bytes) as f64;
         let epochs: u32 = g.step_costs.iter().map(|&(_, e)| e).sum();
@@ -170,6 +166,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
             }
         }
     }
+    fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
     Ok(fig)
 }
 
@@ -216,7 +213,7 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
         shape.name, shape.layers, shape.width, shape.heads
     );
     println!(
-        "  inference {:.2} s (slowest party); model sharing {:.2} s; whole run {:.2} s",
+        "  inference {:.2} s (last party shared → last party done); model sharing {:.2} s (slowest party); whole run {:.2} s",
         fig.infer_secs, fig.share_secs, fig.wall_secs
     );
     println!(
@@ -254,6 +251,39 @@ fn usage() -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Runs `shape` with `layers` blocks in a fresh child process and reads its figures.
+fn run_child(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(["--single", shape.name, &layers.to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// The child side of [`run_child`]: prints one run's figures as JSON.
+fn single(name: &str, layers: &str) -> ExitCode {
+    let shape = [GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE]
+        .into_iter()
+        .find(|s| s.name == name);
+    let (Some(shape), Ok(layers)) = (shape, layers.parse::<usize>()) else {
+        return usage();
+    };
+    match run(shape, layers).and_then(|f| serde_json::to_string(&f).map_err(|e| e.to_string())) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let mut shapes = vec![GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE];
     let mut force: Option<bool> = None; // Some(true): whole; Some(false): scaled
@@ -261,6 +291,12 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match flag.as_str() {
+            "--single" => {
+                let (Some(name), Some(layers)) = (args.next(), args.next()) else {
+                    return usage();
+                };
+                return single(&name, &layers);
+            }
             "--json" => as_json = true,
             "--whole" => force = Some(true),
             "--scaled" => force = Some(false),
@@ -287,15 +323,15 @@ fn main() -> ExitCode {
         // shares.
         let whole = force.unwrap_or(shape == GPT2_BASE);
         let result = if whole {
-            run(shape, shape.layers).map(|f| (f, "whole run".to_owned()))
+            run_child(shape, shape.layers).map(|f| (f, "whole run".to_owned()))
         } else {
-            run(shape, 1).and_then(|one| {
-                let two = run(shape, 2)?;
-                let t = (shape.layers - 1) as f64;
+            run_child(shape, 1).and_then(|one| {
+                let three = run_child(shape, 3)?;
+                let t = (shape.layers - 1) as f64 / 2.0;
                 Ok((
-                    one.extrapolate(&two, t),
+                    one.extrapolate(&three, t),
                     format!(
-                        "measured with 1 and 2 blocks, scaled to {} blocks",
+                        "measured with 1 and 3 blocks, scaled to {} blocks",
                         shape.layers
                     ),
                 ))
