@@ -53,6 +53,11 @@ struct Figures {
     /// Inference time: from the moment the last party finished sharing the model to the
     /// moment the last party finished inference, seconds.
     infer_secs: f64,
+    /// CPU seconds of the three party threads during inference (summed; load-independent,
+    /// unlike wall time on a shared machine).
+    infer_cpu_secs: f64,
+    /// CPU seconds of the three party threads while sharing the model (summed).
+    share_cpu_secs: f64,
     /// Payload bytes each party sent during inference (model sharing excluded).
     infer_bytes: [f64; 3],
     /// Payload bytes each party sent while sharing the model.
@@ -78,6 +83,8 @@ impl Figures {
             wall_secs: f(self.wall_secs, other.wall_secs),
             share_secs: f(self.share_secs, other.share_secs),
             infer_secs: f(self.infer_secs, other.infer_secs),
+            infer_cpu_secs: f(self.infer_cpu_secs, other.infer_cpu_secs),
+            share_cpu_secs: f(self.share_cpu_secs, other.share_cpu_secs),
             infer_bytes: f3(self.infer_bytes, other.infer_bytes),
             share_bytes: f3(self.share_bytes, other.share_bytes),
             infer_rounds: f(self.infer_rounds, other.infer_rounds),
@@ -102,6 +109,18 @@ fn rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// CPU seconds (user + system) of the calling thread so far (Linux), if known.
+fn thread_cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    // Linux reports clock ticks of USER_HZ = 100 per second.
+    Some((utime + stime) / 100.0)
+}
+
 /// Runs `shape` with its first `layers` blocks: P1 owns the model, P0 is the client.
 fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
     let model = Arc::new(random_gpt2(shape, layers));
@@ -116,12 +135,14 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
         let prompt = prompt.clone();
         move |mut ctx| async move {
             let (cfg, w) = &*model;
+            let cpu0 = thread_cpu_secs().unwrap_or(0.0);
             let t = Instant::now();
             let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
                 .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
             let shared_at = Instant::now();
+            let cpu1 = thread_cpu_secs().unwrap_or(0.0);
             let g = generate(
                 &mut ctx,
                 &m,
@@ -134,7 +155,8 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
                 None,
             )
             .await?;
-            Ok((g, share_secs, share_bytes, shared_at, Instant::now()))
+            let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
+            Ok((g, share_secs, share_bytes, shared_at, Instant::now(), cpu))
         }
     });
     let wall_secs = start.elapsed().as_secs_f64();
@@ -148,8 +170,10 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
     };
     let (mut all_shared, mut all_done) = (start, start);
     for (i, r) in out.results.iter().enumerate() {
-        let (g, share_secs, share_bytes, shared_at, done_at) =
+        let (g, share_secs, share_bytes, shared_at, done_at, (share_cpu, infer_cpu)) =
             r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
+        fig.share_cpu_secs += share_cpu;
+        fig.infer_cpu_secs += infer_cpu;
         fig.share_secs = fig.share_secs.max(*share_secs);
         all_shared = all_shared.max(*shared_at);
         all_done = all_done.max(*done_at);
@@ -193,6 +217,8 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
             "tokens_out": 1,
             "method": method,
             "seconds": fig.infer_secs,
+            "cpu_seconds": fig.infer_cpu_secs,
+            "share_cpu_seconds": fig.share_cpu_secs,
             "share_seconds": fig.share_secs,
             "wall_seconds": fig.wall_secs,
             "bytes_per_party": fig.infer_bytes.map(f64::round),
@@ -215,6 +241,10 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
     println!(
         "  inference {:.2} s (last party shared → last party done); model sharing {:.2} s (slowest party); whole run {:.2} s",
         fig.infer_secs, fig.share_secs, fig.wall_secs
+    );
+    println!(
+        "  CPU of the three party threads: inference {:.2} s, sharing {:.2} s",
+        fig.infer_cpu_secs, fig.share_cpu_secs
     );
     println!(
         "  inference bytes per party {:.1} / {:.1} / {:.1} MB, total {:.1} MB; rounds {:.0} (session {:.0})",
