@@ -130,12 +130,20 @@ fn batch_terms(
             .b()
             .get(b * kn..(b + 1) * kn)
             .ok_or(Error::bug("batch out of range"))?;
-        let y_sum: Vec<u64> = ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect();
         let zb = z
             .get_mut(b * mn..(b + 1) * mn)
             .ok_or(Error::bug("batch out of range"))?;
-        kernel.matmul_acc(xa, &y_sum, zb, m, k, n);
-        kernel.matmul_acc(xb, ya, zb, m, k, n);
+        // x_a·y_a + x_a·y_b + x_b·y_a with one sum of halves: of the smaller operand, so
+        // that a weight matrix (e.g. the 50257-row embedding) is never copied.
+        if mk <= kn {
+            let x_sum: Vec<u64> = xa.iter().zip(xb).map(|(a, b)| a.wrapping_add(*b)).collect();
+            kernel.matmul_acc(&x_sum, ya, zb, m, k, n);
+            kernel.matmul_acc(xa, yb, zb, m, k, n);
+        } else {
+            let y_sum: Vec<u64> = ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect();
+            kernel.matmul_acc(xa, &y_sum, zb, m, k, n);
+            kernel.matmul_acc(xb, ya, zb, m, k, n);
+        }
     }
     Ok(z)
 }
