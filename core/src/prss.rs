@@ -28,6 +28,16 @@ pub(crate) struct PartyKeys {
     private: Key,
 }
 
+impl Drop for PartyKeys {
+    fn drop(&mut self) {
+        // Keys derive every share mask: wipe them with the session.
+        use zeroize::Zeroize;
+        self.own.zeroize();
+        self.next.zeroize();
+        self.private.zeroize();
+    }
+}
+
 /// Fills `out` with the stream `tag` under `key`.
 pub(crate) fn fill(key: &Key, tag: u64, out: &mut [u64]) {
     let mut rng = ChaCha12Rng::from_seed(*key);

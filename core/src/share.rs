@@ -21,7 +21,7 @@ use crate::party::PartyId;
 
 /// One party's shares of a vector x ∈ Z_2^64^n: component `x_i` and `x_{i+1}` of each element
 /// for party `Pi`, as two parallel vectors.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Shares {
     party: PartyId,
     a: Vec<u64>,
@@ -312,7 +312,7 @@ impl Shares {
 
 /// One party's boolean (XOR) replicated shares of a vector of `width`-bit values, one value
 /// per `u64` word (bits above `width` are zero).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct BitShares {
     party: PartyId,
     width: crate::ring::Width,
@@ -484,6 +484,52 @@ impl BitShares {
             a: self.a.iter().zip(c).map(|(s, t)| s & t).collect(),
             b: self.b.iter().zip(c).map(|(s, t)| s & t).collect(),
         })
+    }
+}
+
+// Secret hygiene. Share components are secret-dependent: they are wiped when a value is
+// dropped (the whole capacity, by `zeroize`), and equality compares all of them in constant
+// time (`subtle`), so neither freed memory nor comparison timing reveals them. Lengths,
+// parties and widths are public.
+
+/// `x == y` for equally long word slices, in time independent of their contents.
+fn ct_words_eq(x: &[u64], y: &[u64]) -> subtle::Choice {
+    use subtle::ConstantTimeEq;
+    x.ct_eq(y)
+}
+
+impl PartialEq for Shares {
+    fn eq(&self, other: &Shares) -> bool {
+        self.party == other.party
+            && bool::from(ct_words_eq(&self.a, &other.a) & ct_words_eq(&self.b, &other.b))
+    }
+}
+
+impl Eq for Shares {}
+
+impl Drop for Shares {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.a.zeroize();
+        self.b.zeroize();
+    }
+}
+
+impl PartialEq for BitShares {
+    fn eq(&self, other: &BitShares) -> bool {
+        self.party == other.party
+            && self.width == other.width
+            && bool::from(ct_words_eq(&self.a, &other.a) & ct_words_eq(&self.b, &other.b))
+    }
+}
+
+impl Eq for BitShares {}
+
+impl Drop for BitShares {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.a.zeroize();
+        self.b.zeroize();
     }
 }
 

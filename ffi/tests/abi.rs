@@ -1,4 +1,4 @@
-//! The C ABI, called as C would call it, and the header kept in step with it.
+//! The C ABI's plain functions, called as C would call them.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, unsafe_code)]
 
 use std::ffi::CStr;
@@ -72,38 +72,18 @@ fn version_and_status_names_are_static_c_strings() {
 }
 
 #[test]
-fn header_matches_the_rust_definitions() {
-    let header = include_str!("../include/puma.h");
-    let all = [
-        puma_status::PUMA_OK,
-        puma_status::PUMA_ERR_NULL_POINTER,
-        puma_status::PUMA_ERR_INVALID_ARGUMENT,
-        puma_status::PUMA_ERR_PROTOCOL,
-        puma_status::PUMA_ERR_ABORTED,
-        puma_status::PUMA_ERR_TIMEOUT,
-        puma_status::PUMA_ERR_BUG,
-        puma_status::PUMA_ERR_PANIC,
-    ];
-    for s in all {
+fn every_status_has_its_name_and_code() {
+    for (code, s) in puma_status::ALL.into_iter().enumerate() {
+        assert_eq!(s as usize, code);
         // SAFETY: puma_status_name returns a static NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(puma_status_name(s as u32)) }
+        let name = unsafe { CStr::from_ptr(puma_status_name(code as u32)) }
             .to_str()
             .unwrap();
         assert_eq!(format!("{s:?}"), name);
-        let line = format!("  {name} = {},", s as u32);
-        assert!(header.contains(&line), "header lacks `{line}`");
-    }
-    let header_statuses = header
-        .lines()
-        .filter(|l| l.trim_start().starts_with("PUMA_") && l.contains(" = "))
-        .count();
-    assert_eq!(header_statuses, all.len(), "header has statuses Rust lacks");
-    for f in [
-        "puma_version(void)",
-        "puma_status_name(uint32_t status)",
-        "puma_fixed_encode(double x",
-        "puma_fixed_decode(uint64_t v",
-    ] {
-        assert!(header.contains(f), "header lacks {f}");
+        let line = format!("  {name} = {code},");
+        assert!(
+            include_str!("../include/puma.h").contains(&line),
+            "header lacks `{line}`"
+        );
     }
 }

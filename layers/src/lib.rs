@@ -35,6 +35,7 @@
 //! ```
 
 pub mod bert;
+pub mod bpe;
 pub mod checkpoint;
 pub mod config;
 mod error;
@@ -45,6 +46,7 @@ pub mod llama;
 pub mod plain;
 mod tensor;
 pub mod tokenizer;
+pub mod wordpiece;
 
 pub use checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
 pub use config::{Activation, ConfigError, Gpt2Config};

@@ -22,6 +22,66 @@ pub enum TransportError {
         /// The party whose thread panicked.
         party: PartyId,
     },
+    /// `peer` sent bytes that are not a well-formed frame on the wire (for example a
+    /// length prefix above the frame limit).
+    BadFrame {
+        /// The peer that sent them.
+        peer: PartyId,
+        /// What was wrong.
+        reason: FrameError,
+    },
+    /// The link to `peer` could not be set up before the deadline (unreachable, refused,
+    /// or it never connected).
+    Connect {
+        /// The peer.
+        peer: PartyId,
+        /// Why, for the log.
+        reason: String,
+    },
+    /// The TLS handshake with `peer` (or with an unidentified connection, `None`) failed:
+    /// for example the certificate presented is not the pinned one.
+    Tls {
+        /// The peer, when known.
+        peer: Option<PartyId>,
+        /// Why, for the log.
+        reason: String,
+    },
+    /// A local resource failed: a socket could not be bound, a runtime not started, a
+    /// key or certificate not read.
+    Local(String),
+    /// Sending to `peer` made no progress within the timeout (it stopped reading).
+    SendStalled {
+        /// The peer.
+        peer: PartyId,
+    },
+    /// Frames received while sends were blocked exceeded the receive budget.
+    Overloaded {
+        /// The peer whose frame went over the budget.
+        peer: PartyId,
+    },
+}
+
+/// What was wrong with a frame on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The announced length exceeds the frame limit.
+    Oversized {
+        /// The announced length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Oversized { len, max } => {
+                write!(f, "frame of {len} bytes exceeds the limit of {max}")
+            }
+        }
+    }
 }
 
 impl TransportError {
@@ -37,6 +97,27 @@ impl TransportError {
     pub fn core_kind(&self) -> Option<ErrorKind> {
         self.core().map(Error::kind)
     }
+
+    /// The peer this error is attributed to, if any: the lost, stalled, misbehaving or
+    /// refused peer, the sender of a bad frame, or the party that aborted.
+    pub fn peer(&self) -> Option<PartyId> {
+        match self {
+            TransportError::Core(e) => match e.kind() {
+                ErrorKind::Protocol { from } => Some(from),
+                ErrorKind::Aborted { by } => Some(by),
+                ErrorKind::Timeout { waiting_for } => Some(waiting_for),
+                _ => None,
+            },
+            TransportError::Disconnected { peer }
+            | TransportError::BadFrame { peer, .. }
+            | TransportError::Connect { peer, .. }
+            | TransportError::SendStalled { peer }
+            | TransportError::Overloaded { peer } => Some(*peer),
+            TransportError::Panicked { party } => Some(*party),
+            TransportError::Tls { peer, .. } => *peer,
+            TransportError::Local(_) => None,
+        }
+    }
 }
 
 impl From<Error> for TransportError {
@@ -51,6 +132,35 @@ impl fmt::Display for TransportError {
             TransportError::Core(e) => e.fmt(f),
             TransportError::Disconnected { peer } => write!(f, "link to {peer} disconnected"),
             TransportError::Panicked { party } => write!(f, "the thread of {party} panicked"),
+            TransportError::BadFrame { peer, reason } => {
+                write!(f, "bad frame from {peer}: {reason}")
+            }
+            TransportError::Connect { peer, reason } => {
+                write!(f, "cannot connect with {peer}: {reason}")
+            }
+            TransportError::Tls {
+                peer: Some(p),
+                reason,
+            } => {
+                write!(f, "TLS handshake with {p} failed: {reason}")
+            }
+            TransportError::Tls { peer: None, reason } => {
+                write!(
+                    f,
+                    "TLS handshake with an unidentified peer failed: {reason}"
+                )
+            }
+            TransportError::Local(reason) => write!(f, "local failure: {reason}"),
+            TransportError::SendStalled { peer } => {
+                write!(
+                    f,
+                    "{peer} stopped reading: a send made no progress within the timeout"
+                )
+            }
+            TransportError::Overloaded { peer } => write!(
+                f,
+                "frames from {peer} held while sending exceed the receive budget"
+            ),
         }
     }
 }

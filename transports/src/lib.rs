@@ -33,7 +33,12 @@
 
 pub mod driver;
 mod error;
+pub mod loopback;
 pub mod mem;
+pub mod net;
+pub mod quic;
+pub mod tcp;
+pub mod tls;
 
 pub use driver::{DEFAULT_TIMEOUT, Link, Recv, drive};
-pub use error::TransportError;
+pub use error::{FrameError, TransportError};

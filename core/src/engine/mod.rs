@@ -106,7 +106,6 @@ impl Config {
 }
 
 /// One input from the host.
-#[derive(Debug)]
 pub enum Input<'a> {
     /// One whole frame received from `from`, on the authenticated link to that party.
     Frame {
@@ -117,6 +116,18 @@ pub enum Input<'a> {
     },
     /// The host's timer for the current wait expired: the session fails with `Timeout`.
     Timeout,
+}
+
+impl core::fmt::Debug for Input<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            // Frame bytes are protocol messages (masked shares); print only their size.
+            Input::Frame { from, bytes } => {
+                write!(f, "Frame {{ from: {from}, {} bytes }}", bytes.len())
+            }
+            Input::Timeout => f.write_str("Timeout"),
+        }
+    }
 }
 
 /// A frame the host must deliver to `to`; frames to one peer must arrive in order.
@@ -248,6 +259,14 @@ pub struct Session<T> {
     /// Whether this party sent a record in the current epoch.
     active: bool,
     stats: Stats,
+}
+
+impl<T> Drop for Session<T> {
+    fn drop(&mut self) {
+        // A session dropped before its setup finished still holds its seeds.
+        zeroize::Zeroize::zeroize(&mut self.own_seed);
+        zeroize::Zeroize::zeroize(&mut self.private_key);
+    }
 }
 
 impl<T> core::fmt::Debug for Session<T> {
@@ -589,8 +608,8 @@ impl<T: 'static> Session<T> {
                             kernel: self.cfg.kernel.clone(),
                             fixed: self.cfg.fixed,
                         });
-                        self.own_seed = [0; 32];
-                        self.private_key = [0; 32];
+                        zeroize::Zeroize::zeroize(&mut self.own_seed);
+                        zeroize::Zeroize::zeroize(&mut self.private_key);
                         self.phase = Phase::Running {
                             fut: start(Ctx::root(shared)),
                         };

@@ -16,9 +16,23 @@ use super::rope;
 use super::weights::LlamaWeights;
 use crate::gpt2::secure::{LayerCosts, Observer, OutputMode, Progress, argmax_lowest};
 
+/// Which SiLU the SwiGLU MLP evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiluApprox {
+    /// [`proto::silu`]: PUMA-shaped piecewise polynomial (8 rounds), max error 0.0148 and
+    /// 0.014 already at x = 0 — too coarse for small activations (the tiny random model's
+    /// logits move by 2e-2).
+    Piecewise,
+    /// [`silu_precise`]: x·σ(x) with σ(x) the first entry of softmax([x, 0]) (exponential,
+    /// reciprocal, about 4 times the rounds), error about 1e-4·max(1, |x|).
+    Precise,
+}
+
 /// Settings of the secure evaluation.
 #[derive(Clone, Copy, Debug)]
 pub struct LlamaSettings {
+    /// The SiLU approximation of the MLP.
+    pub silu: SiluApprox,
     /// The exponential inside softmax.
     pub softmax_exp: ExpApprox,
     /// Ring width of the comparisons of the secure argmax over the logits.
@@ -32,6 +46,7 @@ pub struct LlamaSettings {
 impl Default for LlamaSettings {
     fn default() -> Self {
         LlamaSettings {
+            silu: SiluApprox::Precise,
             softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
             logit_compare_width: Width::W64,
             residual_bound: 32768.0,
@@ -45,6 +60,9 @@ const R_EXTRA_BITS: u32 = 8;
 /// Extra fractional bits of xγ (f + 4 in total), so that the final product sits at
 /// 2f + 12 bits as in LayerNorm.
 const XG_EXTRA_BITS: u32 = 4;
+
+/// Most fractional bits of a square beyond f in [`rms_norm_rows`].
+const MAX_SQUARE_EXTRA_BITS: u32 = 8;
 
 /// The raw fixed-point encoding of `x` at `bits` fractional bits (round to nearest).
 fn encode_bits(x: f64, bits: u32) -> Result<u64, Error> {
@@ -60,8 +78,8 @@ fn encode_bits(x: f64, bits: u32) -> Result<u64, Error> {
 pub struct RmsScaling {
     /// x is scaled by 2^−k before it multiplies x: x·trunc(x, k) stays below 2^61 raw.
     pub k: u32,
-    /// Fractional bits g ≥ f of each square x² (held at raw x²·2^g), chosen so that a
-    /// row's sum d·bound²·2^g stays below 2^61.
+    /// Fractional bits g ∈ [f, f + 8] of each square x² (held at raw x²·2^g), chosen so
+    /// that a row's sum d·bound²·2^g stays below 2^61.
     pub g: u32,
 }
 
@@ -85,7 +103,10 @@ impl RmsScaling {
                 "rmsnorm: residual bound too large for this width at f fractional bits",
             ));
         }
-        Ok(RmsScaling { k, g: g as u32 })
+        // At most the 2f − k bits the product carries, and f + 8 (LayerNorm's square
+        // precision; more would only inflate rsqrt's scale c = d·2^(g−f)).
+        let g = (g as u32).min(2 * f - k).min(f + MAX_SQUARE_EXTRA_BITS);
+        Ok(RmsScaling { k, g })
     }
 }
 
@@ -102,6 +123,9 @@ impl RmsScaling {
 /// stochastic, so it averages over the row. The mean and ε enter rsqrt through its public
 /// scale c = d·2^(g−f): √(c/X) with X = (Σx² + dε)·2^(g−f) is 1/√(mean(x²) + ε), at
 /// f + 8 fractional bits.
+///
+/// **Range** (contract): |x| ≤ bound for every entry; |γ|·√d < 2^14 (the final product
+/// xγ·r sits at 2f + 12 bits below 2^62).
 ///
 /// Schedule (all rows share every round): branch A: trunc(x, k) (1), x·trunc(x, k) (1),
 /// truncation to g bits (1), row sums plus dε (local), rsqrt (R_LT + 7); branch B:
@@ -166,6 +190,32 @@ pub async fn rms_norm_rows(
     proto::trunc(&mut ctx, &y, f + XG_EXTRA_BITS + R_EXTRA_BITS).await
 }
 
+/// SiLU(x) = x·σ(x) with the logistic σ(x) = e^x/(e^x + e^0): the first entry of a
+/// softmax over the pair [x, 0], so that the exponential, its range reduction (the pair's
+/// maximum) and the reciprocal of the sum in [1, 2] are those of the softmax protocol
+/// ([`proto::softmax_rows_with`], all elements batched as rows of two), then one product
+/// with x and a truncation. Built here from public core protocols because
+/// [`proto::silu`]'s polynomial is off by 0.014 even at x = 0.
+///
+/// # Errors
+/// As [`proto::softmax_rows_with`]; `Protocol` on a malformed message.
+pub async fn silu_precise(ctx: &mut Ctx, x: &Shares, exp: ExpApprox) -> Result<Shares, Error> {
+    let n = x.len();
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let zero = Shares::zeros(x.party(), n);
+    // Rows [x_i, 0]: interleave x with zeros.
+    let both = Shares::concat(&[x, &zero])?;
+    let idx: Vec<usize> = (0..n).flat_map(|i| [i, n + i]).collect();
+    let pairs = both.gather(&idx)?;
+    let valid = vec![2usize; n];
+    let probs = proto::softmax_rows_with(&mut ctx, &pairs, n, 2, &valid, exp).await?;
+    let first: Vec<usize> = (0..n).map(|i| 2 * i).collect();
+    let sigma = probs.gather(&first)?;
+    let y = proto::mul(&mut ctx, x, &sigma).await?;
+    proto::trunc(&mut ctx, &y, f).await
+}
+
 /// One layer's shared weights.
 struct SharedLayer {
     attn_norm: Shares,
@@ -226,8 +276,8 @@ fn encode_iter<'a>(
     Ok(out)
 }
 
-/// Concatenates the columns of `[d, a]` and `[d, b]` … matrices row by row (scaling the
-/// first by `s0`), encoded.
+/// The matrices `parts` (same number of rows, each with its scale factor) side by side,
+/// row-major, encoded: the fused `[d, q + 2kv]` and `[d, 2I]` weights.
 fn encode_hcat(fx: FixedPoint, parts: &[(&ndarray::Array2<f64>, f64)]) -> Result<Vec<u64>, Error> {
     let rows = parts.first().map_or(0, |(m, _)| m.nrows());
     let n: usize = parts.iter().map(|(m, _)| m.len()).sum();
@@ -602,7 +652,11 @@ async fn layers_forward(
         let gu = proto::matmul_fixed(ctx, &a2, &blk.w_gu, rows, d, 2 * inter).await?;
         let m9 = ctx.meter();
         add_cost(costs, "linear", m8, m9);
-        let act = proto::silu(ctx, &gu.gather(&gate_idx)?).await?;
+        let gate = gu.gather(&gate_idx)?;
+        let act = match settings.silu {
+            SiluApprox::Piecewise => proto::silu(ctx, &gate).await?,
+            SiluApprox::Precise => silu_precise(ctx, &gate, settings.softmax_exp).await?,
+        };
         let m10 = ctx.meter();
         add_cost(costs, "silu", m9, m10);
         let hidden = proto::mul_fixed(ctx, &act, &gu.gather(&up_idx)?).await?;

@@ -65,6 +65,13 @@ impl Reference {
         }
     }
 
+    /// A JSON value of the file's metadata (`sentences`, `inputs`).
+    pub fn meta(&self, key: &str) -> serde_json::Value {
+        let (_, meta) = SafeTensors::read_metadata(&self.bytes).unwrap();
+        let text = meta.metadata().as_ref().unwrap().get(key).unwrap();
+        serde_json::from_str(text).unwrap()
+    }
+
     fn st(&self) -> SafeTensors<'_> {
         SafeTensors::deserialize(&self.bytes).unwrap()
     }
@@ -145,4 +152,34 @@ pub fn max_diff_rows(a: &Array2<f64>, b: &Array2<f64>, mask: Option<&[bool]>) ->
 /// The MiniLM sentence tags s01..s24.
 pub fn minilm_tags() -> Vec<String> {
     (1..=24).map(|i| format!("s{i:02}")).collect()
+}
+
+/// The 276 sentence pairs (i < j) ordered by decreasing similarity in `cos`.
+pub fn pair_ranking(cos: &Array2<f64>) -> Vec<(usize, usize)> {
+    let n = cos.nrows();
+    let mut p: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+        .collect();
+    p.sort_by(|a, b| cos[[b.0, b.1]].total_cmp(&cos[[a.0, a.1]]));
+    p
+}
+
+/// A sentence pair (i < j).
+pub type Pair = (usize, usize);
+
+/// Pairs of sentence pairs ordered differently by `got` than by `reference`, with the
+/// reference's gap between them: `(pair a, pair b, |reference gap|)`.
+pub fn discordant(got: &Array2<f64>, reference: &Array2<f64>) -> Vec<(Pair, Pair, f64)> {
+    let pairs = pair_ranking(reference);
+    let mut out = Vec::new();
+    for (x, a) in pairs.iter().enumerate() {
+        for b in &pairs[x + 1..] {
+            let rg = reference[[a.0, a.1]] - reference[[b.0, b.1]];
+            let gg = got[[a.0, a.1]] - got[[b.0, b.1]];
+            if rg * gg < 0.0 || (gg == 0.0 && rg != 0.0) {
+                out.push((*a, *b, rg.abs()));
+            }
+        }
+    }
+    out
 }

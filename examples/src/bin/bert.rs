@@ -1,0 +1,434 @@
+//! Secure BERT / RoBERTa inference: sentence embeddings or classification with three
+//! parties on three threads in one process.
+//!
+//! The client (P0) holds the sentences and alone learns the result; the model owner (P1)
+//! holds the weights; P2 helps. Sentence lengths are public, everything else is computed
+//! on 2-out-of-3 replicated secret shares.
+//!
+//! ```sh
+//! bash scripts/fetch-minilm.sh     # all-MiniLM-L6-v2 into target/models/minilm-l6
+//! cargo run --release -p puma-examples --bin bert -- --compare-plaintext
+//! cargo run --release -p puma-examples --bin bert -- --sentence "A man is eating food." \
+//!     --sentence "A man is eating a piece of bread." --json
+//! cargo run --release -p puma-examples --bin bert -- --model models/bert-tiny-random --task classify
+//! cargo run --release -p puma-examples --bin bert -- --synthetic-base 1 --tokens 128   # costs
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{CommandFactory, Parser, ValueEnum};
+use puma_core::proto::{ExpApprox, GeluFit};
+use puma_examples::bert::{
+    BertReport, LoadedBert, MINILM_DIR, PlainComparison, compare_plain, cosines, load_model,
+    run_secure, synthetic_model,
+};
+use puma_layers::bert::secure::{GeluApprox, Outputs, SecureSettings};
+use puma_layers::bert::{BertBatch, BertConfig, BertFlavor};
+use puma_layers::config::Activation;
+use puma_layers::wordpiece::WordPieceTokenizer;
+use serde_json::{Value, json};
+
+/// What the client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Task {
+    /// Mean-pooled, L2-normalised sentence embeddings and their cosine matrix.
+    Embed,
+    /// The classification logits (and pooled output) of a model with a head.
+    Classify,
+}
+
+/// The GeLU approximation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Gelu {
+    /// The precise protocol (max error ≤ 1.3e-4).
+    Precise,
+    /// PUMA's piecewise shape refitted (max error 1.75e-3).
+    Minimax,
+    /// PUMA's piecewise polynomial (max error 0.0199).
+    Puma,
+}
+
+/// Secure three-party BERT / RoBERTa (PUMA-style replicated secret sharing).
+#[derive(Debug, Parser)]
+#[command(name = "bert", version)]
+struct Args {
+    /// A Hugging Face BERT / RoBERTa directory (config.json, model.safetensors, vocab.txt
+    /// or tokenizer.json); default: all-MiniLM-L6-v2 in target/models/minilm-l6
+    /// (`bash scripts/fetch-minilm.sh`).
+    #[arg(long, value_name = "DIR", conflicts_with = "synthetic_base")]
+    model: Option<PathBuf>,
+    /// A sentence (repeat for a batch; they are right-padded to the longest).
+    #[arg(long = "sentence", value_name = "TEXT")]
+    sentences: Vec<String>,
+    /// Token ids of one sequence instead of text, comma-separated (repeatable).
+    #[arg(long = "ids", value_name = "ID,ID,...", conflicts_with = "sentences")]
+    ids: Vec<String>,
+    /// What the client learns.
+    #[arg(long, value_enum, default_value_t = Task::Embed)]
+    task: Task,
+    /// Squarings of softmax's second-order exponential (4..=12; 2 rounds each).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(4..=12))]
+    softmax_squarings: u32,
+    /// The GeLU approximation.
+    #[arg(long, value_enum, default_value_t = Gelu::Precise)]
+    gelu: Gelu,
+    /// Instead of a checkpoint, a Bert-Base-shaped model (width 768, 12 heads, inner 3072,
+    /// vocabulary 30522) with this many layers and random weights: for cost measurements.
+    #[arg(long, value_name = "LAYERS", value_parser = clap::value_parser!(u64).range(1..=24))]
+    synthetic_base: Option<u64>,
+    /// Sequence length of the synthetic model's single input.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(2..=512))]
+    tokens: u64,
+    /// Also run the plaintext f64 model and print the errors of the secure outputs.
+    #[arg(long)]
+    compare_plaintext: bool,
+    /// Print one JSON object on stdout instead of the human-readable report.
+    #[arg(long)]
+    json: bool,
+    /// Session id and seed of the parties' entropy (demo only: real parties use the OS).
+    #[arg(long, default_value_t = 2024)]
+    seed: u64,
+}
+
+const DEFAULT_SENTENCES: [&str; 3] = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+];
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let msg = e.to_string();
+            eprint!("{msg}");
+            if !msg.contains("Usage:") {
+                eprintln!("\n{}", Args::command().render_usage());
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+fn base_config(layers: usize) -> BertConfig {
+    BertConfig {
+        flavor: BertFlavor::Bert,
+        vocab_size: 30522,
+        hidden_size: 768,
+        num_hidden_layers: layers,
+        num_attention_heads: 12,
+        intermediate_size: 3072,
+        activation: Activation::GeluErf,
+        max_position_embeddings: 512,
+        type_vocab_size: 2,
+        layer_norm_eps: 1e-12,
+        pad_token_id: 0,
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let t_load = Instant::now();
+    let (model, model_name, texts, batch) = match args.synthetic_base {
+        Some(layers) => {
+            let cfg = base_config(usize::try_from(layers).map_err(|_| "too many layers")?);
+            let model = synthetic_model(cfg, 2, args.seed);
+            let n = usize::try_from(args.tokens).map_err(|_| "--tokens is too large")?;
+            // [CLS] w w … [SEP]: the values do not matter for the costs.
+            let ids: Vec<u32> = (0..n)
+                .map(|i| match i {
+                    0 => 101,
+                    i if i + 1 == n => 102,
+                    i => 1000 + i as u32,
+                })
+                .collect();
+            (
+                model,
+                format!("synthetic Bert-Base shape, {layers} layers"),
+                Vec::new(),
+                BertBatch::single(&ids),
+            )
+        }
+        None => {
+            let dir = args
+                .model
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(MINILM_DIR));
+            let model = load_model(&dir).map_err(|e| chain(&e))?;
+            let name = dir
+                .canonicalize()
+                .unwrap_or_else(|_| dir.clone())
+                .display()
+                .to_string();
+            let (texts, seqs) = if args.ids.is_empty() {
+                let tok = WordPieceTokenizer::from_dir(&dir).map_err(|e| chain(&e))?;
+                let texts: Vec<String> = if args.sentences.is_empty() {
+                    DEFAULT_SENTENCES.iter().map(|s| (*s).to_owned()).collect()
+                } else {
+                    args.sentences.clone()
+                };
+                let seqs = texts
+                    .iter()
+                    .map(|t| {
+                        let ids = tok.encode(t);
+                        let types = vec![0; ids.len()];
+                        (ids, types)
+                    })
+                    .collect::<Vec<_>>();
+                (texts, seqs)
+            } else {
+                let mut seqs = Vec::with_capacity(args.ids.len());
+                for list in &args.ids {
+                    let ids = list
+                        .split(',')
+                        .map(|t| t.trim().parse::<u32>())
+                        .collect::<Result<Vec<u32>, _>>()
+                        .map_err(|_| {
+                            format!("--ids {list:?}: expected comma-separated token ids")
+                        })?;
+                    let types = vec![0; ids.len()];
+                    seqs.push((ids, types));
+                }
+                (Vec::new(), seqs)
+            };
+            let batch = BertBatch::padded(&seqs, 0).map_err(|e| chain(&e))?;
+            (model, name, texts, batch)
+        }
+    };
+    batch.check(&model.config).map_err(|e| chain(&e))?;
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let outputs = match args.task {
+        Task::Embed => Outputs {
+            embeddings: true,
+            ..Outputs::default()
+        },
+        Task::Classify => Outputs {
+            pooled: true,
+            logits: true,
+            ..Outputs::default()
+        },
+    };
+    let settings = SecureSettings {
+        softmax_exp: ExpApprox::Taylor2 {
+            squarings: args.softmax_squarings,
+        },
+        gelu: match args.gelu {
+            Gelu::Precise => GeluApprox::Precise,
+            Gelu::Minimax => GeluApprox::Piecewise(GeluFit::MINIMAX),
+            Gelu::Puma => GeluApprox::Piecewise(GeluFit::PUMA),
+        },
+    };
+    let cfg = &model.config;
+    if !args.json {
+        println!(
+            "model: {model_name} ({} layers, width {}, {} heads, vocabulary {}, {} labels), loaded in {load_secs:.2} s",
+            cfg.num_hidden_layers,
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.vocab_size,
+            model.weights.num_labels()
+        );
+        println!(
+            "batch: {} sequence(s) padded to {} tokens; 3 parties in memory: P0 client, P1 model owner, P2 helper",
+            batch.batch, batch.seq_len
+        );
+    }
+    let report = run_secure(&model, &batch, outputs, settings, args.seed).map_err(|e| chain(&e))?;
+    let comparison = if args.compare_plaintext {
+        Some(compare_plain(&model, &batch, &report.client).map_err(|e| chain(&e))?)
+    } else {
+        None
+    };
+    if args.json {
+        println!(
+            "{}",
+            to_json(
+                &model,
+                &model_name,
+                &texts,
+                &batch,
+                &report,
+                comparison.as_ref(),
+                args
+            )
+        );
+    } else {
+        print_summary(&model, &texts, &report, comparison.as_ref());
+    }
+    Ok(())
+}
+
+fn costs_json(c: &[(&'static str, u64, u32)]) -> Value {
+    Value::Array(
+        c.iter()
+            .map(|(k, b, e)| json!({"kind": k, "bytes": b, "rounds": e}))
+            .collect(),
+    )
+}
+
+fn to_json(
+    model: &LoadedBert,
+    name: &str,
+    texts: &[String],
+    batch: &BertBatch,
+    r: &BertReport,
+    cmp: Option<&PlainComparison>,
+    args: &Args,
+) -> Value {
+    let d = model.config.hidden_size;
+    let rows = |v: &Option<Vec<f64>>, w: usize| -> Value {
+        v.as_ref().map_or(Value::Null, |v| {
+            Value::Array(v.chunks(w.max(1)).map(|c| json!(c)).collect())
+        })
+    };
+    let labels = model.weights.num_labels();
+    let ids: Vec<Vec<u32>> = (0..batch.batch)
+        .map(|b| {
+            batch.input_ids[b * batch.seq_len..(b + 1) * batch.seq_len]
+                .iter()
+                .zip(batch.mask_row(b))
+                .filter(|(_, m)| **m)
+                .map(|(i, _)| *i)
+                .collect()
+        })
+        .collect();
+    let cosine = r.client.embeddings.as_ref().map(|e| {
+        let m = cosines(e, d);
+        Value::Array(
+            m.rows()
+                .into_iter()
+                .map(|row| json!(row.to_vec()))
+                .collect(),
+        )
+    });
+    json!({
+        "model": name,
+        "config": {
+            "layers": model.config.num_hidden_layers,
+            "hidden": d,
+            "heads": model.config.num_attention_heads,
+            "intermediate": model.config.intermediate_size,
+            "labels": labels,
+        },
+        "task": match args.task { Task::Embed => "embed", Task::Classify => "classify" },
+        "sentences": texts,
+        "ids": ids,
+        "embeddings": rows(&r.client.embeddings, d),
+        "cosine": cosine,
+        "logits": rows(&r.client.logits, labels),
+        "pooled": rows(&r.client.pooled, d),
+        "plaintext": cmp.map(|c| json!({
+            "embeddings": Value::Array(c.embeddings.rows().into_iter().map(|r| json!(r.to_vec())).collect()),
+            "logits": c.logits.as_ref().map(|l| Value::Array(l.rows().into_iter().map(|r| json!(r.to_vec())).collect())),
+            "embedding_max_abs_error": c.embedding_max_abs,
+            "embedding_min_cosine": c.embedding_min_cosine,
+            "logits_max_abs_error": c.logits_max_abs,
+            "pooled_max_abs_error": c.pooled_max_abs,
+        })),
+        "seconds": r.elapsed.as_secs_f64(),
+        "share_seconds": r.share_time.as_secs_f64(),
+        "rounds": r.rounds(),
+        "bytes_per_party": r.payload_bytes(),
+        "share_model_bytes_per_party": r.share_model.map(|s| s.0),
+        "costs_per_party": [costs_json(&r.client.costs), costs_json(&r.others[0]), costs_json(&r.others[1])],
+        "settings": {
+            "softmax_exp": format!("taylor2 t={}", args.softmax_squarings),
+            "gelu": format!("{:?}", args.gelu).to_lowercase(),
+        },
+    })
+}
+
+fn mb(b: u64) -> f64 {
+    b as f64 / 1e6
+}
+
+fn print_summary(
+    model: &LoadedBert,
+    texts: &[String],
+    r: &BertReport,
+    cmp: Option<&PlainComparison>,
+) {
+    let d = model.config.hidden_size;
+    if let Some(e) = &r.client.embeddings {
+        println!("sentence embeddings (first 4 of {d} values):");
+        for (i, row) in e.chunks(d.max(1)).enumerate() {
+            let head: Vec<String> = row.iter().take(4).map(|v| format!("{v:+.4}")).collect();
+            let label = texts
+                .get(i)
+                .map_or_else(|| format!("#{i}"), |t| format!("{t:?}"));
+            println!("  {label}: [{} …]", head.join(", "));
+        }
+        let m = cosines(e, d);
+        println!("cosine similarities:");
+        for row in m.rows() {
+            let cells: Vec<String> = row.iter().map(|v| format!("{v:+.4}")).collect();
+            println!("  {}", cells.join(" "));
+        }
+    }
+    if let Some(l) = &r.client.logits {
+        let labels = model.weights.num_labels().max(1);
+        println!("logits:");
+        for (i, row) in l.chunks(labels).enumerate() {
+            let cells: Vec<String> = row.iter().map(|v| format!("{v:+.6}")).collect();
+            println!("  #{i}: [{}]", cells.join(", "));
+        }
+    }
+    if let Some(c) = cmp {
+        if let (Some(a), Some(cos)) = (c.embedding_max_abs, c.embedding_min_cosine) {
+            println!("vs plaintext f64: embeddings max |err| {a:.2e}, min cosine {cos:.7}");
+        }
+        if let Some(a) = c.logits_max_abs {
+            println!("vs plaintext f64: logits max |err| {a:.2e}");
+        }
+        if let Some(a) = c.pooled_max_abs {
+            println!("vs plaintext f64: pooled output max |err| {a:.2e}");
+        }
+    }
+    let bytes = r.payload_bytes();
+    println!(
+        "time {:.2} s (sharing the model {:.2} s); {} rounds; payload MB sent per party: {:.1} / {:.1} / {:.1} (total {:.1}; sharing the model {:.1} by the owner)",
+        r.elapsed.as_secs_f64(),
+        r.share_time.as_secs_f64(),
+        r.rounds(),
+        mb(bytes[0]),
+        mb(bytes[1]),
+        mb(bytes[2]),
+        mb(bytes.iter().sum()),
+        mb(r.share_model[1].0),
+    );
+    println!("per layer kind (MB sent by P0 / P1 / P2, rounds):");
+    for (k, b, e) in &r.client.costs {
+        let other = |o: &Vec<(&'static str, u64, u32)>| {
+            o.iter().find(|(kk, _, _)| kk == k).map_or(0, |x| x.1)
+        };
+        println!(
+            "  {k:<22} {:>9.2} {:>9.2} {:>9.2}  {e:>5}",
+            mb(*b),
+            mb(other(&r.others[0])),
+            mb(other(&r.others[1]))
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! One computing party of secure GPT-2 as its own process, connected to the other two
+//! over TCP+TLS or QUIC (the `puma-party` binary).
+//!
+//! The three parties share a configuration file (`parties.toml`, written by the `keygen`
+//! binary for a development set-up):
+//!
+//! ```toml
+//! session_id = 7          # all parties must agree on it
+//! transport = "tcp"       # or "quic"
+//! timeout_secs = 30       # longest wait for a peer (connecting, or any frame)
+//!
+//! [[party]]
+//! id = 0
+//! addr = "127.0.0.1:7000" # where this party listens (P2 listens only with QUIC)
+//! cert = "p0.cert.pem"    # every party pins every peer's certificate
+//! key = "p0.key.pem"      # needed only on party 0's own host
+//! # ... one [[party]] table each for ids 1 and 2
+//! ```
+//!
+//! Paths are relative to the file's folder. Roles are those of [`crate::gpt2`]: P0 the
+//! client (prompt, output), P1 the model owner (weights), P2 a helper. The client
+//! announces the prompt length and the number of tokens to generate (public sizes) in
+//! the first round; the prompt itself stays secret-shared.
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use puma_core::{Ctx, Error, PartyId, Width};
+use puma_layers::gpt2::secure::{self, Observer, OutputMode, SecureSettings, SharedGpt2};
+use puma_layers::{Gpt2Config, Gpt2Weights};
+use puma_transports::loopback::Network;
+use puma_transports::tls::{Identity, Pins, read_cert};
+use serde::Deserialize;
+
+use crate::gpt2::{CLIENT, OWNER};
+
+/// The parsed `parties.toml`.
+#[derive(Clone, Debug)]
+pub struct PartiesConfig {
+    /// The session id all parties use.
+    pub session_id: u64,
+    /// TCP+TLS or QUIC.
+    pub transport: Network,
+    /// Longest wait for a peer: connecting, and each wait for a frame.
+    pub timeout: Duration,
+    /// The three parties, by index.
+    pub parties: [PartyEntry; 3],
+}
+
+/// One party's public entry (and, on its own host, its key).
+#[derive(Clone, Debug)]
+pub struct PartyEntry {
+    /// Where it listens, as written (`host:port`).
+    pub addr: String,
+    /// Its certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM), if this host has it.
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    session_id: u64,
+    #[serde(default = "default_transport")]
+    transport: String,
+    #[serde(default = "default_timeout")]
+    timeout_secs: u64,
+    party: Vec<RawParty>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParty {
+    id: u8,
+    addr: String,
+    cert: PathBuf,
+    key: Option<PathBuf>,
+}
+
+fn default_transport() -> String {
+    "tcp".into()
+}
+
+fn default_timeout() -> u64 {
+    30
+}
+
+/// Why a party could not run or failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PartyError {
+    /// The configuration file, a certificate, a key or an address is wrong.
+    Config(String),
+    /// The model could not be loaded or the prompt does not fit it.
+    Model(String),
+    /// The network could not be set up (a peer unreachable or refused).
+    Connect(puma_transports::TransportError),
+    /// The session failed. `broken` lists the peers whose connection broke (a crash or a
+    /// cut) when the error itself names another party (one that aborted because of it).
+    Session {
+        /// The error of this party's run.
+        error: puma_transports::TransportError,
+        /// Peers whose connection broke without a clean close.
+        broken: Vec<PartyId>,
+    },
+}
+
+impl std::fmt::Display for PartyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PartyError::Config(e) => write!(f, "configuration: {e}"),
+            PartyError::Model(e) => write!(f, "model: {e}"),
+            PartyError::Connect(e) => write!(f, "connecting: {e}"),
+            PartyError::Session { error, broken } => {
+                write!(f, "session failed: {error}")?;
+                for p in broken {
+                    if error.peer() != Some(*p) {
+                        write!(f, "; lost peer {p} (its connection broke)")?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for PartyError {}
+
+impl PartiesConfig {
+    /// Reads and checks a `parties.toml`; relative paths are taken from its folder.
+    ///
+    /// # Errors
+    /// [`PartyError::Config`] for an unreadable or malformed file, an unknown transport, or
+    /// parties missing or listed twice.
+    pub fn from_file(path: &Path) -> Result<PartiesConfig, PartyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PartyError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        PartiesConfig::from_toml_str(&text, base)
+    }
+
+    /// Parses a `parties.toml` text; relative paths are joined to `base`.
+    ///
+    /// # Errors
+    /// As [`PartiesConfig::from_file`].
+    pub fn from_toml_str(text: &str, base: &Path) -> Result<PartiesConfig, PartyError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| PartyError::Config(e.to_string()))?;
+        let transport = match raw.transport.as_str() {
+            "tcp" => Network::Tcp,
+            "quic" => Network::Quic,
+            other => {
+                return Err(PartyError::Config(format!(
+                    "unknown transport {other:?} (expected \"tcp\" or \"quic\")"
+                )));
+            }
+        };
+        if raw.timeout_secs == 0 {
+            return Err(PartyError::Config("timeout_secs must be positive".into()));
+        }
+        let mut parties: [Option<PartyEntry>; 3] = [None, None, None];
+        for p in raw.party {
+            let slot = parties
+                .get_mut(usize::from(p.id))
+                .ok_or_else(|| PartyError::Config(format!("party id {} is not 0, 1 or 2", p.id)))?;
+            if slot.is_some() {
+                return Err(PartyError::Config(format!(
+                    "party {} is listed twice",
+                    p.id
+                )));
+            }
+            *slot = Some(PartyEntry {
+                addr: p.addr,
+                cert: base.join(p.cert),
+                key: p.key.map(|k| base.join(k)),
+            });
+        }
+        let [Some(a), Some(b), Some(c)] = parties else {
+            return Err(PartyError::Config(
+                "the file must list parties 0, 1 and 2".into(),
+            ));
+        };
+        Ok(PartiesConfig {
+            session_id: raw.session_id,
+            transport,
+            timeout: Duration::from_secs(raw.timeout_secs),
+            parties: [a, b, c],
+        })
+    }
+
+    /// `party`'s entry.
+    pub fn entry(&self, party: PartyId) -> &PartyEntry {
+        // `parties` has exactly three entries, one per party index.
+        let [a, b, c] = &self.parties;
+        match party {
+            PartyId::P0 => a,
+            PartyId::P1 => b,
+            PartyId::P2 => c,
+        }
+    }
+
+    /// `me`'s identity (its certificate and key) and its pins of the peers' certificates.
+    ///
+    /// # Errors
+    /// [`PartyError::Config`] if `me` has no key in the file or a PEM file is unreadable.
+    pub fn identity_and_pins(&self, me: PartyId) -> Result<(Identity, Pins), PartyError> {
+        let mine = self.entry(me);
+        let key = mine.key.as_ref().ok_or_else(|| {
+            PartyError::Config(format!("no key for party {} in the file", me.index()))
+        })?;
+        let identity = Identity::from_pem_files(&mine.cert, key)
+            .map_err(|e| PartyError::Config(e.to_string()))?;
+        let mut pins = Pins::new();
+        for p in [me.next(), me.prev()] {
+            let cert =
+                read_cert(&self.entry(p).cert).map_err(|e| PartyError::Config(e.to_string()))?;
+            pins = pins.with(p, cert);
+        }
+        Ok((identity, pins))
+    }
+}
+
+/// Resolves `host:port` to one socket address.
+///
+/// # Errors
+/// [`PartyError::Config`] if it does not resolve.
+pub fn resolve(addr: &str) -> Result<SocketAddr, PartyError> {
+    addr.to_socket_addrs()
+        .map_err(|e| PartyError::Config(format!("address {addr:?}: {e}")))?
+        .next()
+        .ok_or_else(|| PartyError::Config(format!("address {addr:?} does not resolve")))
+}
+
+/// What each party knows before the run: the public architecture, and its own secret
+/// (the owner's weights, the client's prompt ids).
+#[derive(Clone, Debug)]
+pub struct Gpt2Job {
+    /// The public architecture.
+    pub config: Gpt2Config,
+    /// The weights, at the owner only.
+    pub weights: Option<Arc<Gpt2Weights>>,
+    /// The prompt ids, at the client only.
+    pub prompt: Option<Arc<[u32]>>,
+    /// Tokens to generate (the client's choice; announced to the others).
+    pub max_new_tokens: usize,
+    /// Approximation settings (all parties must agree).
+    pub settings: SecureSettings,
+}
+
+/// The boxed run of one party's GPT-2 protocol: the generated ids at the client.
+pub type PartyRun = std::pin::Pin<Box<dyn Future<Output = Result<Vec<u32>, Error>> + Send>>;
+
+/// The protocol one party runs: the client announces the public sizes, the owner shares
+/// the weights, the client its prompt, and the parties generate greedily with the logits
+/// revealed to the client. Returns the generated ids at the client, nothing elsewhere.
+pub fn gpt2_protocol(
+    me: PartyId,
+    job: Gpt2Job,
+    observer: Option<Observer>,
+) -> impl FnOnce(Ctx) -> PartyRun + Send + 'static {
+    move |mut ctx: Ctx| {
+        Box::pin(async move {
+            let Gpt2Job {
+                config,
+                weights,
+                prompt,
+                max_new_tokens,
+                settings,
+            } = job;
+            // The prompt length and the number of steps are public; the client tells.
+            let (prompt_len, max_new) = if me == CLIENT {
+                let len = prompt.as_ref().map_or(0, |p| p.len());
+                let sizes = [len as u64, max_new_tokens as u64];
+                ctx.send(me.next(), &sizes, Width::W64)?;
+                ctx.send(me.prev(), &sizes, Width::W64)?;
+                (len, max_new_tokens)
+            } else {
+                let sizes = ctx.recv(CLIENT, 2, Width::W64).await?;
+                let get = |i: usize| {
+                    sizes
+                        .get(i)
+                        .and_then(|&v| usize::try_from(v).ok())
+                        .unwrap_or(usize::MAX)
+                };
+                (get(0), get(1))
+            };
+            let fits = prompt_len >= 1
+                && prompt_len
+                    .checked_add(max_new)
+                    .is_some_and(|n| n <= config.n_positions);
+            if !fits {
+                return Err(if me == CLIENT {
+                    Error::misuse("the prompt and the tokens to generate do not fit the model")
+                } else {
+                    Error::protocol(CLIENT, "announced sizes do not fit the model")
+                });
+            }
+            let shared = SharedGpt2::share(&mut ctx, OWNER, &config, weights.as_deref()).await?;
+            // The owner's plaintext is not needed any more.
+            drop(weights);
+            let generation = secure::generate(
+                &mut ctx,
+                &shared,
+                CLIENT,
+                prompt.as_deref(),
+                prompt_len,
+                max_new,
+                OutputMode::RevealLogits,
+                &settings,
+                observer,
+            )
+            .await?;
+            Ok(generation.ids)
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! Secure LLaMA generation through the example's orchestration (three parties on three
+//! threads): the tiny random fixture against plaintext, and the real SmolLM2-135M-Instruct
+//! (Q4_1 GGUF, fetched by `scripts/fetch-smollm2.sh`) token-identical to the fixture's 10
+//! greedy ids for both prompts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+use puma_examples::llama::{
+    LlamaError, LlamaRunOptions, SMOLLM2_GGUF, TINY_MODEL_DIR, load_model, run_secure,
+};
+use puma_layers::config::InputError;
+use safetensors::SafeTensors;
+
+fn ids(path: &Path, key: &str) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor(key)
+        .unwrap()
+        .data()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
+        .collect()
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let path = std::env::var_os("PUMA_SMOLLM2_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(SMOLLM2_GGUF));
+    if path.is_file() {
+        return Some(path);
+    }
+    if std::env::var("PUMA_REQUIRE_REAL_MODELS").as_deref() == Ok("1") {
+        panic!(
+            "{} is missing and PUMA_REQUIRE_REAL_MODELS=1: run scripts/fetch-smollm2.sh",
+            path.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED smollm2 secure test: {} not found (run scripts/fetch-smollm2.sh or set PUMA_SMOLLM2_GGUF)",
+        path.display()
+    );
+    None
+}
+
+#[test]
+fn smollm2_secure_greedy_is_token_identical_to_the_reference() {
+    let Some(path) = smollm2() else { return };
+    let reference = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/smollm2-135m/reference.safetensors");
+    let model = load_model(&path).unwrap();
+    let prompts = vec![
+        ids(&reference, "p1.input_ids"),
+        ids(&reference, "p2.input_ids"),
+    ];
+    let opts = LlamaRunOptions {
+        max_new_tokens: 10,
+        ..LlamaRunOptions::default()
+    };
+    let report = run_secure(model, &prompts, &opts).unwrap();
+    for (k, r) in report.prompts.iter().enumerate() {
+        let want = ids(&reference, &format!("p{}.greedy_new_ids", k + 1));
+        println!(
+            "p{}: secure ids {:?} in {:.1?} ({} steps)",
+            k + 1,
+            r.secure_ids,
+            r.time,
+            r.step_costs.len()
+        );
+        assert_eq!(r.secure_ids, want, "p{}", k + 1);
+    }
+    println!(
+        "sharing {:.1?} ({} bytes from the owner), total {:.1?}, {} rounds",
+        report.share_time,
+        report.share_bytes,
+        report.elapsed,
+        report.rounds()
+    );
+    // 8 bytes per parameter (the tied head once): 134,515,008 parameters.
+    assert_eq!(report.share_bytes, 8 * 134_515_008);
+}
+
+#[test]
+fn tiny_random_secure_generation_and_comparison() {
+    let model = load_model(Path::new(TINY_MODEL_DIR)).unwrap();
+    let opts = LlamaRunOptions {
+        max_new_tokens: 3,
+        compare_plaintext: true,
+        ..LlamaRunOptions::default()
+    };
+    let report = run_secure(model.clone(), &[vec![65, 42, 1812, 314]], &opts).unwrap();
+    let r = &report.prompts[0];
+    let plain = r.plaintext.as_ref().unwrap();
+    let err = plain.max_logit_error.unwrap();
+    println!("tiny: ids {:?}, max logit err {err:.2e}", r.secure_ids);
+    assert!(err <= 5e-3);
+    assert_eq!(r.secure_ids, plain.ids);
+    // Costs: a cached step costs a little more than the previous one (longer attention
+    // rows) and far less than the prompt step (4 rows).
+    assert_eq!(r.step_costs.len(), 3);
+    println!("tiny step costs (client bytes, epochs): {:?}", r.step_costs);
+    assert!(r.step_costs[1].0 < r.step_costs[2].0);
+    assert!(r.step_costs[2].0 < r.step_costs[0].0);
+    assert!(report.rounds() > 0);
+    // Typed input errors.
+    assert!(matches!(
+        run_secure(model.clone(), &[vec![]], &opts),
+        Err(LlamaError::Input(InputError::Empty))
+    ));
+    assert!(matches!(
+        run_secure(model, &[vec![49152]], &opts),
+        Err(LlamaError::Input(InputError::TokenOutOfRange { .. }))
+    ));
+}

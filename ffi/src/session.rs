@@ -1,0 +1,704 @@
+//! Sessions: one party's end of a sequence of secure operations, driven by the host
+//! exactly as the core's sans-IO `Session` (feed frames in, poll frames and results out).
+//!
+//! Each operation runs as its own core session, with a session id derived from the base id
+//! and the operation's number, after its own one-round seed setup. Frames of the operation
+//! that follows (a faster peer may already have started it) are held until it starts here;
+//! late frames of the operation that just ended are dropped.
+
+use std::future::Future;
+
+use puma_core::wire;
+use puma_core::{Config, Ctx, Error, Input, Output, PartyId, Session, Stats, Transmit};
+use puma_layers::gpt2::secure::SharedGpt2;
+use rand_chacha::ChaCha12Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::error::{FfiError, entry, puma_status};
+use crate::handle::{self, Handle, Kind};
+use crate::model::puma_model;
+use crate::tensor::puma_tensor;
+
+/// Largest frame a session sends or accepts, header included (4 MiB): a frame buffer of
+/// this size always suffices for `puma_session_poll`.
+pub const PUMA_MAX_FRAME_LEN: usize = 4_194_304;
+
+/// The `peer` of a `PUMA_EVENT_PENDING` event when the session waits for no one party.
+pub const PUMA_NO_PARTY: u32 = 0xFFFF_FFFF;
+
+/// What one operation produced at this party.
+pub(crate) enum OpResult {
+    /// A shared tensor (`rows × cols`).
+    Tensor(puma_tensor),
+    /// Revealed reals: `Some` at the receiver, `None` at the other parties.
+    Values(Option<Vec<f64>>),
+    /// A shared GPT-2 model.
+    Model(Box<SharedGpt2>),
+}
+
+enum State {
+    /// No operation runs and no result waits.
+    Idle,
+    Running(Box<Session<OpResult>>),
+    /// The last operation succeeded; its result waits to be taken.
+    Ready(OpResult),
+}
+
+/// One party's session: create with `puma_session_new`, free with `puma_session_free`.
+/// Not thread-safe: use a session from one thread at a time.
+pub struct puma_session {
+    me: PartyId,
+    base_id: u64,
+    cfg: Config,
+    rng: ChaCha12Rng,
+    /// Operations started so far; the running or last one is number `ops`.
+    ops: u64,
+    state: State,
+    /// Frames of operation `ops + 1`, received before it started here.
+    early: Vec<(PartyId, Vec<u8>)>,
+    early_bytes: usize,
+    /// A polled frame the caller's buffer was too short for.
+    held: Option<Transmit>,
+    /// Counters of the finished operations.
+    totals: Stats,
+}
+
+impl Handle for puma_session {
+    const KIND: Kind = Kind::Session;
+    const NAME: &'static str = "session";
+}
+
+/// What `puma_session_poll` reports.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum puma_event_kind {
+    /// A frame was copied to the buffer: send its `frame_len` bytes to party `peer`
+    /// (frames to one peer must arrive in order).
+    PUMA_EVENT_TRANSMIT = 0,
+    /// Long local work was split: poll again.
+    PUMA_EVENT_YIELDED = 1,
+    /// Nothing to do until a frame arrives (from `peer`, or `PUMA_NO_PARTY` if unknown).
+    PUMA_EVENT_PENDING = 2,
+    /// The operation finished: take its result (`PUMA_OK`), or it failed (the status).
+    PUMA_EVENT_DONE = 3,
+}
+
+/// One event of `puma_session_poll`, written to caller-owned memory.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct puma_event {
+    /// What happened.
+    pub kind: puma_event_kind,
+    /// The destination of a frame, or the party waited for.
+    pub peer: u32,
+    /// The frame's length in bytes (the length needed on `PUMA_ERR_INSUFFICIENT_SIZE`).
+    pub frame_len: usize,
+}
+
+/// Communication counters of a session, summed over its operations.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct puma_stats {
+    /// Operations started.
+    pub operations: u64,
+    /// Rounds (epochs in which some party sent data), setup rounds not counted.
+    pub rounds: u64,
+    /// Data frames sent, by destination party.
+    pub frames_sent: [u64; 3],
+    /// Bytes of data frames sent (headers included), by destination.
+    pub bytes_sent: [u64; 3],
+    /// Bytes of protocol payload sent, by destination.
+    pub payload_bytes_sent: [u64; 3],
+    /// Data frames received, by source.
+    pub frames_received: [u64; 3],
+    /// Bytes of data frames received, by source.
+    pub bytes_received: [u64; 3],
+    /// Bytes sent by the setup rounds (one per operation).
+    pub setup_bytes_sent: u64,
+}
+
+fn add_stats(total: &mut Stats, s: &Stats) {
+    total.rounds += s.rounds;
+    total.setup_bytes_sent += s.setup_bytes_sent;
+    for i in 0..3 {
+        total.frames_sent[i] += s.frames_sent[i];
+        total.bytes_sent[i] += s.bytes_sent[i];
+        total.payload_bytes_sent[i] += s.payload_bytes_sent[i];
+        total.frames_received[i] += s.frames_received[i];
+        total.bytes_received[i] += s.bytes_received[i];
+    }
+}
+
+/// The session id of operation `n` (a SplitMix64 mix of both), the same at every party.
+fn op_session_id(base: u64, n: u64) -> u64 {
+    let mut z = base ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A party index from C.
+pub(crate) fn party(i: u32, what: &str) -> Result<PartyId, FfiError> {
+    u8::try_from(i)
+        .ok()
+        .and_then(PartyId::try_from_u8)
+        .ok_or_else(|| FfiError::invalid(format!("`{what}` must be 0, 1 or 2, not {i}")))
+}
+
+impl puma_session {
+    /// This session's party.
+    pub(crate) fn me(&self) -> PartyId {
+        self.me
+    }
+
+    /// The session's configuration.
+    pub(crate) fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Starts the next operation: `protocol` runs as a new core session.
+    pub(crate) fn start<F, Fut>(&mut self, protocol: F) -> Result<(), FfiError>
+    where
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<OpResult, Error>> + Send + 'static,
+    {
+        self.check_idle()?;
+        let n = self.ops + 1;
+        let mut cfg = self.cfg.clone();
+        cfg.session_id = op_session_id(self.base_id, n);
+        let mut entropy = [0u8; 32];
+        self.rng.fill_bytes(&mut entropy);
+        let mut s = Session::new(cfg, self.me, entropy, protocol)?;
+        self.ops = n;
+        self.early_bytes = 0;
+        for (from, bytes) in std::mem::take(&mut self.early) {
+            // A bad early frame fails the operation: the abort frames and the error come
+            // from the next polls.
+            if s.handle_input(Input::Frame {
+                from,
+                bytes: &bytes,
+            })
+            .is_err()
+            {
+                break;
+            }
+        }
+        self.state = State::Running(Box::new(s));
+        Ok(())
+    }
+
+    /// Errors unless an operation can start.
+    pub(crate) fn check_idle(&self) -> Result<(), FfiError> {
+        match self.state {
+            State::Idle => Ok(()),
+            State::Running(_) => Err(FfiError::wrong_state("an operation is still running")),
+            State::Ready(_) => Err(FfiError::wrong_state(
+                "the result of the last operation has not been taken",
+            )),
+        }
+    }
+
+    fn handle_frame(&mut self, from: PartyId, bytes: &[u8]) -> Result<(), FfiError> {
+        if from == self.me {
+            return Err(FfiError::invalid(
+                "a frame cannot come from this party itself",
+            ));
+        }
+        let id = |n: u64| (n > 0).then(|| op_session_id(self.base_id, n));
+        let (current, next) = (id(self.ops), id(self.ops + 1));
+        let previous = self.ops.checked_sub(1).and_then(id);
+        let header = wire::decode_header(bytes, from);
+        let sid = header.as_ref().ok().map(|h| h.session_id);
+        let running = matches!(self.state, State::Running(_));
+        if sid.is_some() && sid == next {
+            let total = self.early_bytes.saturating_add(bytes.len());
+            if bytes.len() > self.cfg.max_frame_len || total > self.cfg.max_buffered_bytes {
+                return Err(FfiError::new(
+                    puma_status::PUMA_ERR_PROTOCOL,
+                    "too many bytes of the next operation arrived before it started",
+                ));
+            }
+            self.early_bytes = total;
+            self.early.push((from, bytes.to_vec()));
+            return Ok(());
+        }
+        // Late frames (e.g. a peer's last END) of an operation that has ended here.
+        if sid.is_some() && (sid == previous || (!running && sid == current)) {
+            return Ok(());
+        }
+        match &mut self.state {
+            State::Running(s) => Ok(s.handle_input(Input::Frame { from, bytes })?),
+            State::Idle | State::Ready(_) => match header {
+                Err(e) => Err(e.into()),
+                Ok(_) => Err(FfiError::new(
+                    puma_status::PUMA_ERR_PROTOCOL,
+                    "a frame of no operation of this session",
+                )),
+            },
+        }
+    }
+
+    fn poll(&mut self, buf: *mut u8, buf_len: usize) -> (Result<(), FfiError>, puma_event) {
+        let mut ev = puma_event {
+            kind: puma_event_kind::PUMA_EVENT_DONE,
+            peer: PUMA_NO_PARTY,
+            frame_len: 0,
+        };
+        let t = match self.held.take() {
+            Some(t) => t,
+            None => {
+                let State::Running(s) = &mut self.state else {
+                    return (Err(FfiError::wrong_state("no operation is running")), ev);
+                };
+                match s.poll_output() {
+                    Output::Transmit(t) => t,
+                    Output::Yielded => {
+                        ev.kind = puma_event_kind::PUMA_EVENT_YIELDED;
+                        return (Ok(()), ev);
+                    }
+                    Output::Pending { waiting_for } => {
+                        ev.kind = puma_event_kind::PUMA_EVENT_PENDING;
+                        ev.peer = waiting_for.map_or(PUMA_NO_PARTY, |p| p.index() as u32);
+                        return (Ok(()), ev);
+                    }
+                    Output::Done(result) => {
+                        add_stats(&mut self.totals, &s.stats());
+                        return match result {
+                            Ok(v) => {
+                                self.state = State::Ready(v);
+                                (Ok(()), ev)
+                            }
+                            Err(e) => {
+                                self.state = State::Idle;
+                                (Err(e.into()), ev)
+                            }
+                        };
+                    }
+                }
+            }
+        };
+        ev.kind = puma_event_kind::PUMA_EVENT_TRANSMIT;
+        ev.peer = t.to.index() as u32;
+        ev.frame_len = t.frame.len();
+        if t.frame.len() > buf_len {
+            let e = FfiError::new(
+                puma_status::PUMA_ERR_INSUFFICIENT_SIZE,
+                format!(
+                    "a frame of {} bytes does not fit the buffer of {buf_len} bytes",
+                    t.frame.len()
+                ),
+            );
+            self.held = Some(t);
+            return (Err(e), ev);
+        }
+        // SAFETY: `buf` has room for `buf_len >= frame.len()` bytes by the contract of
+        // `puma_session_poll`.
+        match unsafe { handle::copy_to(t.frame.as_bytes(), buf, "buf") } {
+            Ok(()) => (Ok(()), ev),
+            Err(e) => {
+                self.held = Some(t);
+                (Err(e), ev)
+            }
+        }
+    }
+
+    fn stats(&self) -> puma_stats {
+        let mut s = self.totals.clone();
+        if let State::Running(r) = &self.state {
+            add_stats(&mut s, &r.stats());
+        }
+        puma_stats {
+            operations: self.ops,
+            rounds: u64::from(s.rounds),
+            frames_sent: s.frames_sent,
+            bytes_sent: s.bytes_sent,
+            payload_bytes_sent: s.payload_bytes_sent,
+            frames_received: s.frames_received,
+            bytes_received: s.bytes_received,
+            setup_bytes_sent: s.setup_bytes_sent,
+        }
+    }
+
+    /// Takes the waiting result if `pick` accepts it (returning it back otherwise).
+    fn take_result<R>(
+        &mut self,
+        pick: impl FnOnce(OpResult) -> Result<R, OpResult>,
+        what: &str,
+    ) -> Result<R, FfiError> {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Ready(r) => match pick(r) {
+                Ok(v) => Ok(v),
+                Err(r) => {
+                    self.state = State::Ready(r);
+                    Err(FfiError::wrong_state(format!(
+                        "the last operation's result is not {what}"
+                    )))
+                }
+            },
+            other => {
+                self.state = other;
+                Err(FfiError::wrong_state("no result is waiting"))
+            }
+        }
+    }
+}
+
+/// Creates the session of party `party` (0, 1 or 2) and writes it to `*out`.
+///
+/// All three parties must pass the same `session_id`; `entropy` must point to
+/// `entropy_len` = 32 fresh random bytes (from the OS), different at each party and each
+/// session (the library draws no randomness of its own). Fixed point has 18 fractional
+/// bits; frames are at most `PUMA_MAX_FRAME_LEN` bytes.
+///
+/// Ownership: the caller owns the new session and frees it with `puma_session_free`.
+/// `entropy` is only read during the call.
+///
+/// Errors: `PUMA_ERR_NULL_POINTER` / `PUMA_ERR_MISALIGNED_POINTER` for `out` or a null
+/// `entropy`; `PUMA_ERR_INVALID_ARGUMENT` for a party above 2 or `entropy_len` ≠ 32.
+/// `*out` is written only on `PUMA_OK`.
+///
+/// # Safety
+/// `entropy` must be valid for reading `entropy_len` bytes; `out` must be valid for
+/// writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_new(
+    party: u32,
+    session_id: u64,
+    entropy: *const u8,
+    entropy_len: usize,
+    out: *mut *mut puma_session,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        let me = self::party(party, "party")?;
+        // SAFETY: readable for `entropy_len` bytes by the caller's contract.
+        let bytes = unsafe { handle::slice(entropy, entropy_len, "entropy") }?;
+        let seed: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| FfiError::invalid("`entropy_len` must be 32"))?;
+        let mut cfg = Config::new(session_id);
+        cfg.max_frame_len = PUMA_MAX_FRAME_LEN;
+        let session = puma_session {
+            me,
+            base_id: session_id,
+            cfg,
+            rng: ChaCha12Rng::from_seed(seed),
+            ops: 0,
+            state: State::Idle,
+            early: Vec::new(),
+            early_bytes: 0,
+            held: None,
+            totals: Stats::default(),
+        };
+        let p = handle::into_raw(session);
+        // SAFETY: `out` was checked non-null and aligned; writable by the caller's contract.
+        if let Err(e) = unsafe { handle::write(out, p) } {
+            // SAFETY: `p` was just registered and never handed out.
+            let _ = unsafe { handle::free(p) };
+            return Err(e);
+        }
+        Ok(())
+    })
+}
+
+/// Frees a session, with any running operation and untaken result. `NULL` is a no-op.
+///
+/// Errors: `PUMA_ERR_INVALID_HANDLE` if `session` is not a live session (e.g. freed
+/// already: the second free is detected and does nothing).
+///
+/// # Safety
+/// `session` must be `NULL` or a pointer returned by `puma_session_new`, not in use by
+/// another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_free(session: *mut puma_session) -> puma_status {
+    // SAFETY: the caller's contract (no other use of the handle during the call).
+    entry(|| unsafe { handle::free(session) })
+}
+
+/// Feeds one whole frame received from party `from` (on the authenticated link to it).
+///
+/// A frame of the operation after the current one (a faster peer started it) is kept
+/// until that operation starts here; late frames of an operation that has ended here are
+/// dropped.
+///
+/// Ownership: `bytes` is only read during the call.
+///
+/// Errors: `PUMA_ERR_NULL_POINTER` / `PUMA_ERR_INVALID_HANDLE` for a bad handle or null
+/// `bytes`; `PUMA_ERR_INVALID_ARGUMENT` if `from` is not a peer (above 2, or this party);
+/// `PUMA_ERR_PROTOCOL` for a malformed or unexpected frame (wrong sender, wrong receiver,
+/// another session, out of order) and `PUMA_ERR_ABORTED` for a peer's abort frame: the
+/// running operation then fails, and the next polls return its abort frames for the peers
+/// and the error again with `PUMA_EVENT_DONE`.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `bytes` must be valid for
+/// reading `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_handle_frame(
+    session: *mut puma_session,
+    from: u32,
+    bytes: *const u8,
+    len: usize,
+) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        let from = party(from, "from")?;
+        if bytes.is_null() {
+            return Err(FfiError::new(
+                puma_status::PUMA_ERR_NULL_POINTER,
+                "`bytes` is null",
+            ));
+        }
+        // SAFETY: readable for `len` bytes by the caller's contract.
+        let bytes = unsafe { handle::slice(bytes, len, "bytes") }?;
+        s.handle_frame(from, bytes)
+    })
+}
+
+/// Tells the running operation that the host's timer for its current wait expired
+/// (the library reads no clock). The operation fails: this call returns
+/// `PUMA_ERR_TIMEOUT`, and the next polls return abort frames for the peers and then
+/// `PUMA_EVENT_DONE` with `PUMA_ERR_TIMEOUT`.
+///
+/// Errors: `PUMA_ERR_TIMEOUT` (the expected result); `PUMA_ERR_WRONG_STATE` if no
+/// operation is running; handle errors.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_handle_timeout(session: *mut puma_session) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        match &mut s.state {
+            State::Running(r) => Ok(r.handle_input(Input::Timeout)?),
+            _ => Err(FfiError::wrong_state("no operation is running")),
+        }
+    })
+}
+
+/// Returns the next thing the host must do for the running operation, in `*out`:
+/// - `PUMA_EVENT_TRANSMIT`: the frame was copied to `buf`; send `out->frame_len` bytes to
+///   party `out->peer`;
+/// - `PUMA_EVENT_YIELDED`: poll again;
+/// - `PUMA_EVENT_PENDING`: wait for a frame (from `out->peer`, if not `PUMA_NO_PARTY`);
+/// - `PUMA_EVENT_DONE` with `PUMA_OK`: the operation succeeded; take its result with
+///   `puma_session_take_tensor`, `puma_session_take_values` or `puma_session_take_model`
+///   before starting another;
+/// - `PUMA_EVENT_DONE` with an error status: the operation failed (the session can start
+///   another one).
+///
+/// Ownership: `buf` (caller-owned, `buf_len` bytes; a buffer of `PUMA_MAX_FRAME_LEN`
+/// always suffices) receives a copy of the frame.
+///
+/// Errors: `PUMA_ERR_INSUFFICIENT_SIZE` if the frame does not fit `buf_len`:
+/// `out->frame_len` is the size needed and the same frame is returned by the next poll;
+/// `PUMA_ERR_WRONG_STATE` if no operation is running; the error of a failed operation
+/// (`PUMA_ERR_PROTOCOL`, `PUMA_ERR_ABORTED`, `PUMA_ERR_INVALID_ARGUMENT`, ...). `*out` is
+/// written on every status but the pointer and handle errors.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `buf` must be valid for
+/// writing `buf_len` bytes (it may be `NULL` if `buf_len` is 0); `out` must be valid for
+/// writing one `puma_event`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_poll(
+    session: *mut puma_session,
+    buf: *mut u8,
+    buf_len: usize,
+    out: *mut puma_event,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        if buf.is_null() && buf_len > 0 {
+            return Err(FfiError::new(
+                puma_status::PUMA_ERR_NULL_POINTER,
+                "`buf` is null",
+            ));
+        }
+        let (result, ev) = s.poll(buf, buf_len);
+        // SAFETY: `out` was checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, ev) }?;
+        result
+    })
+}
+
+/// Writes the communication counters of all operations so far (the running one
+/// included) to `*out`.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `out` must be valid for
+/// writing one `puma_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_stats(
+    session: *const puma_session,
+    out: *mut puma_stats,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow(session) }?;
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, s.stats()) }
+    })
+}
+
+/// Takes the shared tensor an operation produced (share, mul, matmul, trunc, lt, gelu,
+/// softmax, layernorm) and writes a new tensor handle to `*out`.
+///
+/// Ownership: the caller owns the tensor and frees it with `puma_tensor_free`.
+///
+/// Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it is not a tensor (it is kept).
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `out` must be valid for
+/// writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_take_tensor(
+    session: *mut puma_session,
+    out: *mut *mut puma_tensor,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        let t = s.take_result(
+            |r| match r {
+                OpResult::Tensor(t) => Ok(t),
+                other => Err(other),
+            },
+            "a tensor",
+        )?;
+        let p = handle::into_raw(t);
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, p) }
+    })
+}
+
+/// The number of values the waiting result of a reveal or GPT-2 forward holds at this
+/// party (0 at a party that is not the receiver), written to `*out`. The result stays.
+///
+/// Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it holds no values.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `out` must be valid for
+/// writing one `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_result_len(
+    session: *const puma_session,
+    out: *mut usize,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow(session) }?;
+        let n = match &s.state {
+            State::Ready(OpResult::Values(v)) => v.as_ref().map_or(0, Vec::len),
+            State::Ready(_) => {
+                return Err(FfiError::wrong_state(
+                    "the last operation's result holds no values",
+                ));
+            }
+            _ => return Err(FfiError::wrong_state("no result is waiting")),
+        };
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, n) }
+    })
+}
+
+/// Takes the revealed values of a reveal or GPT-2 forward: copies them to `out` (room for
+/// `out_len` doubles) and writes their number to `*written` (0 at a party that is not the
+/// receiver, which learns nothing).
+///
+/// Ownership: `out` is caller-owned; the result is consumed on `PUMA_OK`.
+///
+/// Errors: `PUMA_ERR_INSUFFICIENT_SIZE` if `out_len` is too small: `*written` is the
+/// number needed and the result stays; `PUMA_ERR_WRONG_STATE` if no result waits or it
+/// holds no values.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `out` must be valid for
+/// writing `out_len` doubles (may be `NULL` if `out_len` is 0); `written` must be valid
+/// for writing one `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_take_values(
+    session: *mut puma_session,
+    out: *mut f64,
+    out_len: usize,
+    written: *mut usize,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(written, "written")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        let needed = match &s.state {
+            State::Ready(OpResult::Values(v)) => v.as_ref().map_or(0, Vec::len),
+            State::Ready(_) => {
+                return Err(FfiError::wrong_state(
+                    "the last operation's result holds no values",
+                ));
+            }
+            _ => return Err(FfiError::wrong_state("no result is waiting")),
+        };
+        if needed > out_len {
+            // SAFETY: checked non-null and aligned; writable by the caller's contract.
+            unsafe { handle::write(written, needed) }?;
+            return Err(FfiError::new(
+                puma_status::PUMA_ERR_INSUFFICIENT_SIZE,
+                format!("{needed} values do not fit a buffer of {out_len}"),
+            ));
+        }
+        if needed > 0 {
+            handle::check_out(out, "out")?;
+        }
+        let values = s.take_result(
+            |r| match r {
+                OpResult::Values(v) => Ok(v.unwrap_or_default()),
+                other => Err(other),
+            },
+            "values",
+        )?;
+        // SAFETY: `out` has room for `out_len >= values.len()` doubles (caller's contract).
+        unsafe { handle::copy_to(&values, out, "out") }?;
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(written, values.len()) }
+    })
+}
+
+/// Takes the shared GPT-2 model of `puma_session_start_gpt2_share` and writes a new model
+/// handle to `*out`.
+///
+/// Ownership: the caller owns the model and frees it with `puma_model_free`.
+///
+/// Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it is not a model (it is kept).
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `out` must be valid for
+/// writing one pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_take_model(
+    session: *mut puma_session,
+    out: *mut *mut puma_model,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        let m = s.take_result(
+            |r| match r {
+                OpResult::Model(m) => Ok(m),
+                other => Err(other),
+            },
+            "a model",
+        )?;
+        let p = handle::into_raw(puma_model::new(s.me, *m));
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, p) }
+    })
+}

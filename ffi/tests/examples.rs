@@ -1,0 +1,182 @@
+//! The C and Python examples, built and run against the library this test run built:
+//! the C program with the system C compiler (and again under valgrind), the Python one
+//! with ctypes. Each checks its secure results against a plaintext computation and exits
+//! non-zero otherwise. Also from C: misuse (`tests/c/misuse.c`, under valgrind) and the
+//! struct layouts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `name` as cargo built it for this test run: next to this test binary in `deps/`
+/// (cdylib and staticlib artifacts carry no hash), or one level up.
+fn built_library(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps.join(name), deps.join("..").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} not found next to {}", exe.display()))
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn tool(name: &str) -> Command {
+    let c = Command::new(name);
+    // A clear message instead of "No such file" from spawn.
+    if Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        panic!("`{name}` is not installed: run scripts/ffi-deps.sh");
+    }
+    c
+}
+
+/// Compiles the C program `src` (relative to the repository) against the static library.
+fn build_c(src: &str, dir: &Path) -> PathBuf {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let exe = dir.join(Path::new(src).file_stem().unwrap());
+    let out = tool(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I"])
+        .arg(repo().join("ffi/include"))
+        .arg(repo().join(src))
+        .arg(built_library("libpuma_ffi.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "C compilation failed: {}", show(&out));
+    exe
+}
+
+#[test]
+fn c_example_runs_and_is_clean_under_valgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c("examples/c/three_parties.c", dir.path());
+
+    let out = Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "C example failed: {}", show(&out));
+    assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
+    assert!(stdout.contains("max |error|: matmul"), "{}", show(&out));
+
+    valgrind_clean(&exe);
+}
+
+/// Runs `exe` under valgrind: no invalid access, no use of uninitialised memory, and
+/// nothing definitely, indirectly or possibly lost at exit (exit code 99 otherwise); the
+/// program itself must print "ok".
+fn valgrind_clean(exe: &Path) {
+    let out = tool("valgrind")
+        .args([
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--show-leak-kinds=definite,indirect,possible",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+        ])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "valgrind reported errors: {}",
+        show(&out)
+    );
+    assert!(
+        stderr.contains("ERROR SUMMARY: 0 errors"),
+        "valgrind summary missing: {}",
+        show(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == "ok")
+    );
+}
+
+#[test]
+fn c_misuse_returns_documented_statuses_under_valgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c("ffi/tests/c/misuse.c", dir.path());
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success(), "misuse checks failed: {}", show(&out));
+    valgrind_clean(&exe);
+}
+
+#[test]
+fn python_example_runs() {
+    let out = tool("python3")
+        .arg(repo().join("examples/python/three_parties.py"))
+        .env("PUMA_FFI_LIB", built_library("libpuma_ffi.so"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "Python example failed: {}",
+        show(&out)
+    );
+    assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
+    assert!(stdout.contains("max |error|: matmul"), "{}", show(&out));
+}
+
+#[test]
+fn c_sees_the_rust_layouts() {
+    use puma_ffi::{puma_event, puma_gpt2_config, puma_stats, puma_status};
+    use std::mem::{offset_of, size_of};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("layout.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include "puma.h"
+int main(void) {
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu\n", sizeof(puma_status), sizeof(puma_event),
+         offsetof(puma_event, peer), offsetof(puma_event, frame_len), sizeof(puma_stats),
+         offsetof(puma_stats, bytes_received), offsetof(puma_stats, setup_bytes_sent),
+         sizeof(puma_gpt2_config));
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("layout");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = tool(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(repo().join("ffi/include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let out = Command::new(&exe).output().unwrap();
+    let expected = format!(
+        "{} {} {} {} {} {} {} {}\n",
+        size_of::<puma_status>(),
+        size_of::<puma_event>(),
+        offset_of!(puma_event, peer),
+        offset_of!(puma_event, frame_len),
+        size_of::<puma_stats>(),
+        offset_of!(puma_stats, bytes_received),
+        offset_of!(puma_stats, setup_bytes_sent),
+        size_of::<puma_gpt2_config>(),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}

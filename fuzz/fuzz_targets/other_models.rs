@@ -1,0 +1,55 @@
+//! The other model formats: BERT config + safetensors, LLaMA `config.json`, GGUF files (as
+//! LLaMA checkpoints) and BPE `tokenizer.json`; the first byte picks the format, and for
+//! config + weights a two-byte length splits the rest.
+//!
+//! Checked: no panic, no allocation the file does not back (-rss_limit_mb), and loaded
+//! weights that match their configuration's shapes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use puma_layers::bert::{BertConfig, BertWeights};
+use puma_layers::bpe::BpeTokenizer;
+use puma_layers::gguf::GgufFile;
+use puma_layers::llama::LlamaConfig;
+use puma_layers::llama::weights::load_gguf_file;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    match sel % 4 {
+        0 => {
+            let Some((n, rest)) = rest.split_first_chunk::<2>() else {
+                return;
+            };
+            let n = usize::from(u16::from_le_bytes(*n)).min(rest.len());
+            let (config, weights) = rest.split_at(n);
+            let Ok(text) = std::str::from_utf8(config) else {
+                return;
+            };
+            if let Ok(config) = BertConfig::from_json_str(text) {
+                let _ = BertWeights::from_safetensors_bytes(weights, &config);
+            }
+        }
+        1 => {
+            if let Ok(text) = std::str::from_utf8(rest) {
+                let _ = LlamaConfig::from_json_str(text);
+            }
+        }
+        2 => {
+            if let Ok(file) = GgufFile::from_bytes(rest.to_vec()) {
+                if let Ok((cfg, w)) = load_gguf_file(&file) {
+                    assert!(w.check_shapes(&cfg).is_ok());
+                }
+            }
+        }
+        _ => {
+            if let Ok(text) = std::str::from_utf8(rest) {
+                if let Ok(tok) = BpeTokenizer::from_json_str(text) {
+                    let ids = tok.encode("Hello, wörld 123");
+                    let _ = tok.decode(&ids);
+                }
+            }
+        }
+    }
+});

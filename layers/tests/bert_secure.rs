@@ -1,0 +1,145 @@
+//! The secure BERT (three simulated parties) against the fixtures' references and the
+//! plaintext f64 model: bert-tiny-random's padded batch (hidden states, pooler, logits,
+//! sentence embeddings) and the real all-MiniLM-L6-v2 on the 24 sentences.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod bert_common;
+
+use std::sync::Arc;
+
+use bert_common::{
+    Reference, discordant, max_diff_rows, minilm_dir, minilm_tags, model_dir, pair_ranking,
+};
+use ndarray::Array2;
+use puma_core::{PartyId, sim::Sim};
+use puma_layers::bert::plain::{cosine_matrix, mean_pool_normalized};
+use puma_layers::bert::secure::{
+    BatchShape, BertHeads, Outputs, Revealed, SecureSettings, SharedBert, run,
+};
+use puma_layers::bert::{BertBatch, PlainBert};
+
+const OWNER: PartyId = PartyId::P1;
+const CLIENT: PartyId = PartyId::P0;
+
+/// Runs the secure model on `batch`; returns the client's result and the rounds and bytes
+/// per party of the whole run (sharing included).
+fn secure_run(model: &PlainBert, batch: &BertBatch, outputs: Outputs) -> (Revealed, u32, [u64; 3]) {
+    let cfg = model.config().clone();
+    let heads = BertHeads::of(model.weights());
+    let weights = Arc::new(model.weights().clone());
+    let batch = Arc::new(batch.clone());
+    let shape = BatchShape::of(&batch);
+    let outcome = Sim::new(7).run(move |me| {
+        let (cfg, shape) = (cfg.clone(), shape.clone());
+        let w = (me == OWNER).then(|| Arc::clone(&weights));
+        let b = (me == CLIENT).then(|| Arc::clone(&batch));
+        move |mut ctx| async move {
+            let shared = SharedBert::share(&mut ctx, OWNER, &cfg, heads, w.as_deref()).await?;
+            run(
+                &mut ctx,
+                &shared,
+                CLIENT,
+                b.as_deref(),
+                &shape,
+                outputs,
+                &SecureSettings::default(),
+            )
+            .await
+        }
+    });
+    let rounds = outcome.rounds();
+    let bytes = outcome.payload_bytes();
+    let [client, other, _] = outcome.into_results().unwrap();
+    assert!(other.hidden.is_none() && other.logits.is_none() && other.embeddings.is_none());
+    (client, rounds, bytes)
+}
+
+fn to_matrix(v: &[f64], cols: usize) -> Array2<f64> {
+    Array2::from_shape_vec((v.len() / cols, cols), v.to_vec()).unwrap()
+}
+
+#[test]
+fn tiny_random_bert_secure_padded_batch_within_bounds() {
+    let model = PlainBert::load(&model_dir("bert-tiny-random")).unwrap();
+    let r = Reference::load("bert-tiny-random");
+    let batch = r.batch("batch");
+    let all = Outputs {
+        hidden: true,
+        pooled: true,
+        logits: true,
+        embeddings: true,
+    };
+    let (out, rounds, bytes) = secure_run(&model, &batch, all);
+    let hidden = to_matrix(out.hidden.as_ref().unwrap(), 64);
+    let pooled = to_matrix(out.pooled.as_ref().unwrap(), 64);
+    let logits = to_matrix(out.logits.as_ref().unwrap(), 2);
+    let emb = to_matrix(out.embeddings.as_ref().unwrap(), 64);
+    let mask = batch.attention_mask.clone();
+    let dh = max_diff_rows(&hidden, &r.matrix("batch.last_hidden_state"), Some(&mask));
+    let dp = max_diff_rows(&pooled, &r.matrix("batch.pooler_output"), None);
+    let dl = max_diff_rows(&logits, &r.matrix("batch.logits"), None);
+    let plain = model.forward(&batch).unwrap();
+    let de = max_diff_rows(
+        &emb,
+        &mean_pool_normalized(plain.last_hidden_state.view(), &batch),
+        None,
+    );
+    eprintln!(
+        "tiny secure batch 4x17: hidden {dh:.2e} pooler {dp:.2e} logits {dl:.2e} embedding {de:.2e}; {rounds} rounds, bytes {bytes:?}"
+    );
+    assert!(dh <= 5e-3, "hidden {dh}");
+    assert!(dp <= 5e-3, "pooler {dp}");
+    assert!(dl <= 5e-4, "logits {dl}");
+    assert!(de <= 5e-3, "embedding {de}");
+}
+
+#[test]
+fn minilm_secure_embeddings_match_reference() {
+    let Some(dir) = minilm_dir() else { return };
+    let model = PlainBert::load(&dir).unwrap();
+    let r = Reference::load("minilm-l6");
+    // All 24 sentences in one padded batch (the reference's own padded batch).
+    let batch = r.batch("batch");
+    assert_eq!((batch.batch, batch.seq_len), (24, 20));
+    let outputs = Outputs {
+        embeddings: true,
+        ..Outputs::default()
+    };
+    let start = std::time::Instant::now();
+    let (out, rounds, bytes) = secure_run(&model, &batch, outputs);
+    let emb = to_matrix(out.embeddings.as_ref().unwrap(), 384);
+    let reference = r.matrix("embeddings");
+    let mut worst_cos: f64 = 1.0;
+    for (a, b) in emb.rows().into_iter().zip(reference.rows()) {
+        let cos = a.dot(&b) / (a.dot(&a).sqrt() * b.dot(&b).sqrt());
+        worst_cos = worst_cos.min(cos);
+    }
+    let de = max_diff_rows(&emb, &reference, None);
+    let cos = cosine_matrix(emb.view());
+    let ref_cos = r.matrix("cosine");
+    let dc = max_diff_rows(&cos, &ref_cos, None);
+    // Ranking of all 276 sentence pairs by similarity. The reference itself has 4 adjacent
+    // pairs closer than 1e-5 and 25 closer than 1e-4, while 18 fractional bits alone cost
+    // 1.6e-5 on this matrix (the fixtures' fixed-point floor): pairs of pairs that close
+    // are ties at this precision. Every pair of pairs further apart than 2e-4 — twice the
+    // bound asserted on the matrix below — must keep its order; the others are counted.
+    let bad = discordant(&cos, &ref_cos);
+    let worst_gap = bad.iter().map(|b| b.2).fold(0.0, f64::max);
+    let identical = pair_ranking(&cos) == pair_ranking(&ref_cos);
+    eprintln!(
+        "minilm secure 24x20 in {:.1?}: min cosine to reference {worst_cos:.7}, max |emb diff| {de:.2e}, max |cosine matrix diff| {dc:.2e}; ranking identical: {identical}, {} discordant pairs of pairs (37,950 in all), largest reference gap among them {worst_gap:.2e}; {rounds} rounds, bytes {bytes:?}",
+        start.elapsed(),
+        bad.len(),
+    );
+    assert!(worst_cos >= 0.9999, "cosine {worst_cos}");
+    assert!(dc <= 1e-4, "cosine matrix {dc}");
+    assert!(worst_gap < 2e-4, "ranking flipped a gap of {worst_gap}");
+    // The paraphrase pairs are the 8 most similar, in the reference's order.
+    assert_eq!(pair_ranking(&cos)[..8], pair_ranking(&ref_cos)[..8]);
+    // The sentences' tags and the batch rows are the same inputs.
+    for (i, tag) in minilm_tags().iter().enumerate() {
+        let single = r.batch(tag);
+        let row = &batch.input_ids[i * 20..i * 20 + single.seq_len];
+        assert_eq!(row, &single.input_ids[..]);
+    }
+}

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Regenerates ffi/include/puma.h with cbindgen (as a library, through the header test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PUMA_WRITE_HEADER=1 cargo test -p puma-ffi --test header -- --quiet
+echo "wrote ffi/include/puma.h"

@@ -1,0 +1,374 @@
+//! Party identities and mutual TLS between pinned certificates.
+//!
+//! Each party has an [`Identity`] (a certificate and its private key) and knows the exact
+//! certificate of each peer ([`Pins`]). Both ends of every connection present their
+//! certificate and accept only the pinned one of the peer they expect: there is no
+//! certificate authority, no name check and no validity window, because the three parties
+//! exchange their certificates out of band when they agree on a session (as they agree
+//! on addresses). The handshake is TLS 1.3 with `rustls` and its `ring` provider, for TCP
+//! and QUIC alike.
+//!
+//! [`Identity::generate`] makes a self-signed development identity with `rcgen`; the
+//! `keygen` binary of `puma-examples` writes one per party as PEM files.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use puma_core::PartyId;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms, ring};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, ServerConfig,
+    SignatureScheme,
+};
+
+use crate::error::TransportError;
+
+/// The ALPN protocol id of puma-rs links.
+pub(crate) const ALPN: &[u8] = b"puma/1";
+
+/// A party's certificate and private key.
+pub struct Identity {
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The private key never reaches a log.
+        write!(f, "Identity {{ cert: {} bytes, key: .. }}", self.cert.len())
+    }
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl Identity {
+    /// A fresh self-signed development identity for `party` (an ECDSA P-256 key; the
+    /// certificate names `puma-party-N` and `localhost`).
+    ///
+    /// # Errors
+    /// [`TransportError::Local`] if key generation fails.
+    pub fn generate(party: PartyId) -> Result<Identity, TransportError> {
+        let names = vec![server_name(party), "localhost".to_string()];
+        let ck = rcgen::generate_simple_self_signed(names)
+            .map_err(|e| TransportError::Local(format!("cannot generate a certificate: {e}")))?;
+        let key = PrivateKeyDer::try_from(ck.key_pair.serialize_der())
+            .map_err(|e| TransportError::Local(format!("cannot encode a key: {e}")))?;
+        Ok(Identity {
+            cert: ck.cert.der().clone(),
+            key,
+        })
+    }
+
+    /// Reads a PEM certificate and a PEM private key (PKCS#8, SEC1 or PKCS#1).
+    ///
+    /// # Errors
+    /// [`TransportError::Local`] naming the file that is missing or malformed.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Identity, TransportError> {
+        Ok(Identity {
+            cert: read_cert(cert)?,
+            key: PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                TransportError::Local(format!("cannot read the key {}: {e}", key.display()))
+            })?,
+        })
+    }
+
+    /// The certificate, as PEM.
+    pub fn cert_pem(&self) -> String {
+        pem("CERTIFICATE", &self.cert)
+    }
+
+    /// The private key, as PEM (PKCS#8). Keep it secret.
+    pub fn key_pem(&self) -> String {
+        pem("PRIVATE KEY", self.key.secret_der())
+    }
+
+    /// The certificate in DER.
+    pub fn cert(&self) -> &CertificateDer<'static> {
+        &self.cert
+    }
+}
+
+/// Reads one PEM certificate.
+///
+/// # Errors
+/// [`TransportError::Local`] naming the file that is missing or malformed.
+pub fn read_cert(path: &Path) -> Result<CertificateDer<'static>, TransportError> {
+    CertificateDer::from_pem_file(path).map_err(|e| {
+        TransportError::Local(format!(
+            "cannot read the certificate {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::with_capacity(der.len().div_ceil(3) * 4);
+    for chunk in der.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                let idx = ((n >> (18 - 6 * i)) & 63) as usize;
+                b64.push(char::from(B64.get(idx).copied().unwrap_or(b'A')));
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// The certificates a party accepts from its peers, by party index (its own is unused).
+#[derive(Clone, Debug, Default)]
+pub struct Pins {
+    certs: [Option<CertificateDer<'static>>; 3],
+}
+
+impl Pins {
+    /// No pins yet.
+    pub fn new() -> Pins {
+        Pins::default()
+    }
+
+    /// Pins `cert` as `party`'s certificate.
+    pub fn with(mut self, party: PartyId, cert: CertificateDer<'static>) -> Pins {
+        if let Some(slot) = self.certs.get_mut(party.index()) {
+            *slot = Some(cert);
+        }
+        self
+    }
+
+    /// The pinned certificate of `party`.
+    pub fn get(&self, party: PartyId) -> Option<&CertificateDer<'static>> {
+        self.certs.get(party.index()).and_then(Option::as_ref)
+    }
+
+    /// The party among `among` whose pinned certificate is `cert`.
+    pub(crate) fn identify(&self, cert: &[u8], among: &[PartyId]) -> Option<PartyId> {
+        among
+            .iter()
+            .copied()
+            .find(|&p| self.get(p).is_some_and(|c| c.as_ref() == cert))
+    }
+}
+
+/// The TLS server name a party's certificate is issued for.
+pub(crate) fn server_name(party: PartyId) -> String {
+    format!("puma-party-{}", party.index())
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(ring::default_provider())
+}
+
+fn tls_err(peer: Option<PartyId>, e: rustls::Error) -> TransportError {
+    TransportError::Tls {
+        peer,
+        reason: e.to_string(),
+    }
+}
+
+/// A client configuration that presents `me` and accepts only `peer`'s pinned certificate.
+pub(crate) fn client_config(
+    me: &Identity,
+    pins: &Pins,
+    peer: PartyId,
+) -> Result<ClientConfig, TransportError> {
+    let pinned = pins
+        .get(peer)
+        .cloned()
+        .ok_or_else(|| TransportError::Local(format!("no pinned certificate for {peer}")))?;
+    let provider = provider();
+    let verifier = Arc::new(PinnedServer {
+        pinned,
+        algs: provider.signature_verification_algorithms,
+    });
+    let mut cfg = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err(Some(peer), e))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(|e| tls_err(Some(peer), e))?;
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// A server configuration that presents `me` and accepts only the pinned certificates of
+/// `clients`.
+pub(crate) fn server_config(
+    me: &Identity,
+    pins: &Pins,
+    clients: &[PartyId],
+) -> Result<ServerConfig, TransportError> {
+    let allowed: Vec<CertificateDer<'static>> = clients
+        .iter()
+        .filter_map(|&p| pins.get(p).cloned())
+        .collect();
+    if allowed.len() != clients.len() {
+        return Err(TransportError::Local(
+            "a peer that connects to this party has no pinned certificate".into(),
+        ));
+    }
+    let provider = provider();
+    let verifier = Arc::new(PinnedClients {
+        allowed,
+        algs: provider.signature_verification_algorithms,
+    });
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err(None, e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(|e| tls_err(None, e))?;
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// Accepts exactly one server certificate.
+#[derive(Debug)]
+struct PinnedServer {
+    pinned: CertificateDer<'static>,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for PinnedServer {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.pinned.as_ref() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+/// Accepts the client certificates of a fixed set of parties.
+#[derive(Debug)]
+struct PinnedClients {
+    allowed: Vec<CertificateDer<'static>>,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for PinnedClients {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        if self
+            .allowed
+            .iter()
+            .any(|c| c.as_ref() == end_entity.as_ref())
+        {
+            Ok(ClientCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pem_round_trips_and_debug_hides_the_key() {
+        let id = Identity::generate(PartyId::P1).unwrap();
+        let dir = std::env::temp_dir().join(format!("puma-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
+        std::fs::write(&c, id.cert_pem()).unwrap();
+        std::fs::write(&k, id.key_pem()).unwrap();
+        let back = Identity::from_pem_files(&c, &k).unwrap();
+        assert_eq!(back.cert(), id.cert());
+        assert_eq!(back.key.secret_der(), id.key.secret_der());
+        assert!(!format!("{id:?}").contains(&id.key_pem()[30..60]));
+        let missing = Identity::from_pem_files(&dir.join("none.pem"), &k).unwrap_err();
+        assert!(missing.to_string().contains("none.pem"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
