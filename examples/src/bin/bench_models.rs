@@ -13,8 +13,8 @@
 //! are measured. Every measured run is a fresh child process (this binary with `--single`),
 //! so that its peak resident set is its own.
 //!
-//! Bert-Base and Bert-Large (128 tokens) are not included: the secure BERT model has not
-//! landed yet.
+//! Bert-Base (128 tokens) is measured by the `bert` binary (`--synthetic-base L --tokens
+//! 128`); Bert-Large has no synthetic shape yet.
 
 use std::process::ExitCode;
 use std::sync::Arc;
