@@ -110,12 +110,14 @@ pub(super) async fn fused_products(
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
 /// as one vector per breakpoint: one batched MSB over the concatenation, then one B2A.
 ///
-/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 384.
+/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 384; with
+/// `relay`, R_LT(k') + 2 rounds and 256 bits for the B2A ([`super::b2a::b2a_two_rounds`]).
 async fn breakpoint_bits(
     ctx: &mut Ctx,
     x: &Shares,
     breakpoints: &[u64],
     width: Width,
+    relay: bool,
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
     let n = x.len();
@@ -126,7 +128,11 @@ async fn breakpoint_bits(
         .flat_map(|&c| core::iter::repeat_n(c, n))
         .collect();
     let bits = lt_public(&mut ctx, &all, &consts, width).await?;
-    let a = b2a(&mut ctx, &bits).await?;
+    let a = if relay {
+        super::b2a::b2a_two_rounds(&mut ctx, &bits).await?
+    } else {
+        b2a(&mut ctx, &bits).await?
+    };
     (0..breakpoints.len())
         .map(|k| a.slice(k * n..(k + 1) * n))
         .collect()
@@ -312,7 +318,7 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
     let (k0, k1) = (enc(&fit.f0)?, enc(&fit.f1)?);
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -417,7 +423,9 @@ fn shift_components(x: &Shares, d: u32) -> Shares {
 /// closely.
 ///
 /// Schedule: branch A, the breakpoint bits b0 = `[x < −4 − 2^-7]`, b1 = `[x < 4]` in one
-/// batched MSB in a 22-bit ring (6 rounds) and one B2A (1). The comparisons see x cut to 8
+/// batched MSB in a 22-bit ring (6 rounds) and one B2A in its two-round form (2: R1
+/// relays the unmasked bit to R2, 256 bits instead of 384; branch A still ends before
+/// branch B). The comparisons see x cut to 8
 /// fractional bits by a local shift of every component (a sharing of ⌊x·2^8⌋ − e,
 /// e ∈ {0, 1, 2}, exact modulo 2^(64−f+8)), so each cut moves outwards by less than
 /// 3·2^-8 = 0.012, where E is still within 7e-5 of GeLU. Branch B, with u = (x/4)² at 28
@@ -432,11 +440,11 @@ fn shift_components(x: &Shares, d: u32) -> Shares {
 /// as [`gelu`], |x| < 8188.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·274 (LT at 22 bits) +
-/// 2·384 (B2A) + 4 fused products (128 + 64 + 6d each, d = 12, 28, 28, 28: 264 + 3·360) +
+/// 2·256 (B2A) + 4 fused products (128 + 64 + 6d each, d = 12, 28, 28, 28: 264 + 3·360) +
 /// B's truncation by 28 (232) + the final fused product truncated by 30 (372) + 192
-/// (join) = 3456 (5328 before the fused truncations, the 22-bit comparisons and
-/// Paterson–Stockmeyer); **Bytes**: 3456·n/24 per party = 144 per element (exact for n
-/// divisible by 24).
+/// (join) = 3200 (5328 before the fused truncations, the 22-bit comparisons,
+/// Paterson–Stockmeyer and the two-round B2A); **Bytes**: 3200·n/24 per party = 133⅓ per
+/// element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -474,7 +482,7 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
     let shifted = shift_components(x, cut);
-    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width);
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
     let branch_b = async {
         let c = &mut cbx;
         let n = x.len();
@@ -565,7 +573,7 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let half = encode_at(0.5, cb)?;
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
