@@ -18,6 +18,6 @@
 pub mod bert;
 pub mod gpt2;
 pub mod linear;
-pub mod random_gpt2;
 pub mod llama;
 pub mod party;
+pub mod random_gpt2;

@@ -36,7 +36,7 @@ pub async fn matmul(
 /// and a separate truncation: 364).
 ///
 /// # Errors
-/// As [`matmul`] and [`trunc`].
+/// As [`matmul`] and [`trunc`](super::trunc()).
 pub async fn matmul_fixed(
     ctx: &mut Ctx,
     x: &Shares,

@@ -90,7 +90,7 @@ pub async fn square(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
 /// Bytes per party 16·n/3 + those of [`super::trunc`] (n divisible by 3).
 ///
 /// # Errors
-/// As [`mul`] and [`trunc`].
+/// As [`mul`] and [`trunc`](super::trunc()).
 pub async fn mul_fixed(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
     mul_trunc(ctx, x, y, f).await
@@ -102,7 +102,7 @@ pub async fn mul_fixed(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, 
 /// Rounds: 2. Bytes: those of [`mul_fixed`].
 ///
 /// # Errors
-/// As [`square`] and [`trunc`].
+/// As [`square`] and [`trunc`](super::trunc()).
 pub async fn square_fixed(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
     square_trunc(ctx, x, f).await
