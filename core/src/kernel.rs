@@ -1,11 +1,49 @@
 //! Heavy local kernels behind a small trait, so std callers can plug in SIMD or threads.
 
+use alloc::vec::Vec;
+use core::ops::Range;
+
+// Compiled only on Rust 1.89+ (see build.rs), where the AVX-512 intrinsics are stable.
+#[cfg(all(target_arch = "x86_64", puma_avx512))]
+#[clippy::msrv = "1.89"]
+mod avx512;
+
 /// Ring matrix multiplication over Z_2^64 (wrapping), row-major.
 pub trait MatmulKernel: Send + Sync {
     /// `c += a · b` where `a` is `m×k`, `b` is `k×n` and `c` is `m×n`, all row-major.
     ///
     /// Callers guarantee the slice lengths; implementations may assume them.
     fn matmul_acc(&self, a: &[u64], b: &[u64], c: &mut [u64], m: usize, k: usize, n: usize);
+
+    /// `c += a · b[.., cols]`: the product's column band `cols` only, where `a` is `m×k`,
+    /// `b` is `k×n` and `c` is `m × cols.len()`, all row-major. Threaded kernels hand each
+    /// thread a band, so that each reads only its part of `b`.
+    ///
+    /// Callers guarantee the slice lengths and `cols.end ≤ n`. The default gathers the
+    /// band of `b` and calls [`matmul_acc`](MatmulKernel::matmul_acc).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_acc_cols(
+        &self,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+        m: usize,
+        k: usize,
+        n: usize,
+        cols: Range<usize>,
+    ) {
+        let w = cols.end.saturating_sub(cols.start);
+        if w == 0 || cols.end > n {
+            return;
+        }
+        let band: Vec<u64> = b
+            .chunks_exact(n)
+            .take(k)
+            .flat_map(|row| &row[cols.clone()])
+            .copied()
+            .collect();
+        self.matmul_acc(a, &band, c, m, k, w);
+    }
 }
 
 /// The portable kernel: no `unsafe`, no threads. Columns are cut into blocks of
@@ -82,6 +120,89 @@ impl MatmulKernel for PortableKernel {
     }
 }
 
+/// The fastest single-threaded kernel this CPU supports, chosen once at construction:
+/// an AVX-512 kernel on x86-64 CPUs with AVX-512 F and DQ, [`PortableKernel`] otherwise.
+#[derive(Clone, Copy, Debug)]
+pub struct DetectedKernel {
+    avx512: bool,
+}
+
+impl DetectedKernel {
+    /// Probes the CPU (CPUID and XCR0; no OS or std needed).
+    pub fn new() -> DetectedKernel {
+        #[cfg(all(target_arch = "x86_64", puma_avx512))]
+        let avx512 = avx512::detected();
+        #[cfg(not(all(target_arch = "x86_64", puma_avx512)))]
+        let avx512 = false;
+        DetectedKernel { avx512 }
+    }
+
+    /// The portable kernel even where SIMD is available (for comparisons).
+    pub fn portable() -> DetectedKernel {
+        DetectedKernel { avx512: false }
+    }
+
+    /// Whether the AVX-512 kernel is in use.
+    pub fn uses_avx512(&self) -> bool {
+        self.avx512
+    }
+}
+
+impl Default for DetectedKernel {
+    fn default() -> Self {
+        DetectedKernel::new()
+    }
+}
+
+impl MatmulKernel for DetectedKernel {
+    fn matmul_acc(&self, a: &[u64], b: &[u64], c: &mut [u64], m: usize, k: usize, n: usize) {
+        #[cfg(all(target_arch = "x86_64", puma_avx512))]
+        if self.avx512 {
+            if m == 0 || n == 0 || k == 0 {
+                return;
+            }
+            if let (Some(a), Some(b), Some(c)) = (
+                a.get(..m.saturating_mul(k)),
+                b.get(..k.saturating_mul(n)),
+                c.get_mut(..m.saturating_mul(n)),
+            ) {
+                avx512::matmul_acc(a, b, n, c, n, m, k, n);
+            }
+            return;
+        }
+        PortableKernel.matmul_acc(a, b, c, m, k, n);
+    }
+
+    fn matmul_acc_cols(
+        &self,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+        m: usize,
+        k: usize,
+        n: usize,
+        cols: Range<usize>,
+    ) {
+        #[cfg(all(target_arch = "x86_64", puma_avx512))]
+        if self.avx512 {
+            let w = cols.end.saturating_sub(cols.start);
+            if m == 0 || w == 0 || k == 0 || cols.end > n {
+                return;
+            }
+            // The band starts at column `cols.start` of row 0 and ends inside row k-1.
+            if let (Some(a), Some(b), Some(c)) = (
+                a.get(..m.saturating_mul(k)),
+                b.get(cols.start..(k - 1).saturating_mul(n).saturating_add(cols.end)),
+                c.get_mut(..m.saturating_mul(w)),
+            ) {
+                avx512::matmul_acc(a, b, n, c, w, m, k, w);
+            }
+            return;
+        }
+        PortableKernel.matmul_acc_cols(a, b, c, m, k, n, cols);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,9 +240,73 @@ mod tests {
             let c0: alloc::vec::Vec<u64> = (0..m * n).map(|_| next()).collect();
             let mut want = c0.clone();
             naive(&a, &b, &mut want, m, k, n);
-            let mut got = c0;
+            let mut got = c0.clone();
             PortableKernel.matmul_acc(&a, &b, &mut got, m, k, n);
+            proptest::prop_assert_eq!(&got, &want);
+            let mut got = c0;
+            DetectedKernel::new().matmul_acc(&a, &b, &mut got, m, k, n);
             proptest::prop_assert_eq!(got, want);
+        }
+
+        /// Depths across the SIMD kernel's cache block (128) and row counts across its
+        /// packing threshold and register tile (8).
+        #[test]
+        fn detected_kernel_equals_the_naive_product(m in 0usize..27, k in 0usize..300, n in 0usize..50, seed: u64) {
+            let mut s = seed;
+            let mut next = || {
+                s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                (s ^ (s >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+            };
+            let a: alloc::vec::Vec<u64> = (0..m * k).map(|_| next()).collect();
+            let b: alloc::vec::Vec<u64> = (0..k * n).map(|_| next()).collect();
+            let c0: alloc::vec::Vec<u64> = (0..m * n).map(|_| next()).collect();
+            let mut want = c0.clone();
+            naive(&a, &b, &mut want, m, k, n);
+            let mut got = c0;
+            DetectedKernel::new().matmul_acc(&a, &b, &mut got, m, k, n);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn column_bands_equal_the_full_product_columns() {
+        let (m, k, n) = (11, 140, 75);
+        let a: alloc::vec::Vec<u64> = (0..m * k).map(|i| (i as u64) * 7 + 3).collect();
+        let b: alloc::vec::Vec<u64> = (0..k * n)
+            .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let mut full = alloc::vec![0u64; m * n];
+        naive(&a, &b, &mut full, m, k, n);
+        for cols in [0..n, 0..1, 5..40, 17..75, 74..75] {
+            let w = cols.len();
+            let want: alloc::vec::Vec<u64> = full
+                .chunks_exact(n)
+                .flat_map(|row| row[cols.clone()].iter().map(|x| x.wrapping_add(1)))
+                .collect();
+            for kernel in [DetectedKernel::new(), DetectedKernel::portable()] {
+                let mut got = alloc::vec![1u64; m * w];
+                kernel.matmul_acc_cols(&a, &b, &mut got, m, k, n, cols.clone());
+                assert_eq!(got, want, "cols {cols:?}, avx512 {}", kernel.uses_avx512());
+            }
+        }
+    }
+
+    #[test]
+    fn detected_kernel_crosses_column_blocks() {
+        // n past the SIMD kernel's 1024-column cache block, with and without B packing.
+        for m in [1, 3, 9, 17] {
+            let (k, n) = (130, 2 * 1024 + 37);
+            let a: alloc::vec::Vec<u64> = (0..m * k)
+                .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
+                .collect();
+            let b: alloc::vec::Vec<u64> = (0..k * n)
+                .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xabcd)
+                .collect();
+            let mut want = alloc::vec![7u64; m * n];
+            naive(&a, &b, &mut want, m, k, n);
+            let mut got = alloc::vec![7u64; m * n];
+            DetectedKernel::new().matmul_acc(&a, &b, &mut got, m, k, n);
+            assert_eq!(got, want, "m = {m}");
         }
     }
 

@@ -92,7 +92,7 @@ fn joined_muls_share_one_round_and_sequential_ones_take_two() {
 }
 
 #[test]
-fn truncation_costs_one_round_and_172_bits_per_element() {
+fn truncation_costs_one_round_and_172_bits_per_element_fused_product_300() {
     let m = 8usize; // elements per role block
     let out = Sim::new(4).run(move |_| {
         move |mut ctx| async move {
@@ -114,7 +114,11 @@ fn truncation_costs_one_round_and_172_bits_per_element() {
         }
     });
     assert_eq!(fused.rounds(), 2);
-    assert_eq!(fused.payload_bytes(), [(per_party + 8 * 3 * m) as u64; 3]);
+    // The truncation fused into the reshare: each party forwards its 3-of-3 part in two of
+    // the three role blocks (8 bytes per element), 300 bits per element in total.
+    assert_eq!(fused.payload_bytes(), [(per_party + 8 * 2 * m) as u64; 3]);
+    assert_eq!(3 * (per_party + 16 * m) * 8, 300 * 3 * m);
+    fused.into_results().unwrap();
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //!   embeddings and classification with BERT / RoBERTa checkpoints; see [`bert`].
 //! - `demo` (`cargo run --release -p puma-examples --bin demo`): a secure fixed-point
 //!   linear layer among three parties on three threads; see [`linear`].
+//! - `gpt2_base` and `bench_models` (`cargo run --release -p puma-examples --bin
+//!   bench_models -- --json`): benchmarks on GPT-2 shapes with random weights; see
+//!   [`random_gpt2`].
 //! - `llama` (`cargo run --release -p puma-examples --bin llama`): secure greedy generation
 //!   with LLaMA-style decoders (HF checkpoints or GGUF); see [`llama`].
 //! - `keygen` and `puma-party`: a development PKI, and one party of secure GPT-2 per OS
@@ -17,3 +20,4 @@ pub mod gpt2;
 pub mod linear;
 pub mod llama;
 pub mod party;
+pub mod random_gpt2;

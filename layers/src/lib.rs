@@ -43,6 +43,7 @@ pub mod config;
 mod error;
 pub mod gguf;
 pub mod gpt2;
+pub mod kernel;
 pub mod llama;
 pub mod plain;
 mod tensor;

@@ -51,7 +51,7 @@ pub use join::{join, join_all, try_join, try_join_all};
 
 use crate::error::{Error, ErrorKind};
 use crate::fixed::FixedPoint;
-use crate::kernel::{MatmulKernel, PortableKernel};
+use crate::kernel::{DetectedKernel, MatmulKernel};
 use crate::party::PartyId;
 use crate::prss::{Key, PartyKeys};
 use crate::wire::{
@@ -100,7 +100,7 @@ impl Config {
             max_frame_len: Self::DEFAULT_MAX_FRAME_LEN,
             max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED,
             fixed: FixedPoint::default(),
-            kernel: Arc::new(PortableKernel),
+            kernel: Arc::new(DetectedKernel::new()),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::engine::Ctx;
+use crate::engine::{Ctx, try_join_all};
 use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
@@ -28,18 +28,45 @@ pub async fn b2a(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
     if b.width() != Width::BIT {
         return Err(Error::misuse("b2a takes single bits"));
     }
+    b2a_with(ctx, b, false).await
+}
+
+/// [`b2a`] in two rounds with a third fewer bits: R0 offers its two strings to R1 only,
+/// R2 sends R1 the helper string, and in the second round R1 forwards the unmasked
+/// b − ρ (R2's missing component) to R2. For callers whose bits are not on the critical
+/// path (e.g. a comparison branch running beside a longer polynomial). Exact.
+///
+/// Rounds: 2. Bits per element: 256 in total (128 for R0's role, 64 for the others).
+///
+/// # Errors
+/// As [`b2a`].
+pub(crate) async fn b2a_two_rounds(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
+    if b.width() != Width::BIT {
+        return Err(Error::misuse("b2a takes single bits"));
+    }
+    b2a_with(ctx, b, true).await
+}
+
+async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let me = ctx.me();
     let n = b.len();
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
     let mut states = Vec::with_capacity(3);
     for ((s, range), c) in role_blocks(n).into_iter().enumerate().zip(ctxs.iter_mut()) {
-        states.push(send_block(c, b, range, s)?);
+        states.push(send_block(c, b, range, s, relay)?);
     }
+    // The blocks finish concurrently: with `relay` a party waiting as R2 for its relayed
+    // component must not hold up its own relay as R1 of another block.
+    let futs: Vec<_> = ctxs
+        .iter_mut()
+        .zip(states)
+        .map(|(c, st)| finish_block(c, st, relay))
+        .collect();
+    let done = try_join_all(futs).await?;
     let mut a = Vec::with_capacity(n);
     let mut bb = Vec::with_capacity(n);
-    for (c, st) in ctxs.iter_mut().zip(states) {
-        let (x, y) = finish_block(c, st).await?;
+    for (x, y) in done {
         a.extend_from_slice(&x);
         bb.extend_from_slice(&y);
     }
@@ -60,6 +87,7 @@ fn send_block(
     b: &BitShares,
     range: core::ops::Range<usize>,
     s: usize,
+    relay: bool,
 ) -> Result<Block, Error> {
     let me = ctx.me();
     let r0 = PartyId::from_index(s);
@@ -96,7 +124,9 @@ fn send_block(
             }
         }
         ctx.send(r1, &to_r1, Width::W64)?;
-        ctx.send(r2, &to_r2, Width::W64)?;
+        if !relay {
+            ctx.send(r2, &to_r2, Width::W64)?;
+        }
         Ok(Block::R0 {
             f0: out0.to_vec(),
             f1: out1.to_vec(),
@@ -110,7 +140,9 @@ fn send_block(
             .enumerate()
             .map(|(k, &be)| f1.get(usize::from(be) * n + k).copied().unwrap_or(0))
             .collect();
-        ctx.send(r2, &helper, Width::W64)?;
+        if !relay {
+            ctx.send(r2, &helper, Width::W64)?;
+        }
         Ok(Block::R1 {
             beta,
             f1: f1.get(2 * n..).ok_or_else(err)?.to_vec(),
@@ -147,7 +179,11 @@ fn unmask(beta: &[bool], offered: &[u64], helper: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-async fn finish_block(ctx: &mut Ctx, st: Block) -> Result<(Vec<u64>, Vec<u64>), Error> {
+async fn finish_block(
+    ctx: &mut Ctx,
+    st: Block,
+    relay: bool,
+) -> Result<(Vec<u64>, Vec<u64>), Error> {
     let me = ctx.me();
     match st {
         Block::R0 { f0, f1 } => Ok((f0, f1)),
@@ -156,11 +192,19 @@ async fn finish_block(ctx: &mut Ctx, st: Block) -> Result<(Vec<u64>, Vec<u64>), 
             let (r2, r0) = (me.next(), me.prev());
             let offered = ctx.recv(r0, 2 * n, Width::W64).await?;
             let helper = ctx.recv(r2, n, Width::W64).await?;
-            Ok((f1, unmask(&beta, &offered, &helper)))
+            let m = unmask(&beta, &offered, &helper);
+            if relay {
+                ctx.send(r2, &m, Width::W64)?;
+            }
+            Ok((f1, m))
         }
         Block::R2 { beta, f0 } => {
             let n = beta.len();
             let (r0, r1) = (me.next(), me.prev());
+            if relay {
+                let m = ctx.recv(r1, n, Width::W64).await?;
+                return Ok((m, f0));
+            }
             let offered = ctx.recv(r0, 2 * n, Width::W64).await?;
             let helper = ctx.recv(r1, n, Width::W64).await?;
             Ok((unmask(&beta, &offered, &helper), f0))

@@ -110,12 +110,14 @@ pub(super) async fn fused_products(
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
 /// as one vector per breakpoint: one batched MSB over the concatenation, then one B2A.
 ///
-/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 384.
+/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 384; with
+/// `relay`, R_LT(k') + 2 rounds and 256 bits for the B2A ([`super::b2a::b2a_two_rounds`]).
 async fn breakpoint_bits(
     ctx: &mut Ctx,
     x: &Shares,
     breakpoints: &[u64],
     width: Width,
+    relay: bool,
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
     let n = x.len();
@@ -126,7 +128,11 @@ async fn breakpoint_bits(
         .flat_map(|&c| core::iter::repeat_n(c, n))
         .collect();
     let bits = lt_public(&mut ctx, &all, &consts, width).await?;
-    let a = b2a(&mut ctx, &bits).await?;
+    let a = if relay {
+        super::b2a::b2a_two_rounds(&mut ctx, &bits).await?
+    } else {
+        b2a(&mut ctx, &bits).await?
+    };
     (0..breakpoints.len())
         .map(|k| a.slice(k * n..(k + 1) * n))
         .collect()
@@ -312,7 +318,7 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
     let (k0, k1) = (enc(&fit.f0)?, enc(&fit.f1)?);
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -391,33 +397,68 @@ const POWER_BITS: u32 = 28;
 /// Fractional bits of the scaled coefficients in [`gelu_precise`].
 const PRECISE_COEFF_BITS: u32 = 20;
 
+/// Fractional bits kept for the breakpoint comparisons of [`gelu_precise`]: x is cut to
+/// 8 fractional bits locally before comparing (see [`gelu_precise`]).
+const PRECISE_CMP_FRAC_BITS: u32 = 8;
+/// Ring width of [`gelu_precise`]'s comparisons: with 8 fractional bits, exact branch
+/// choice for |x| < 2^(22−1−8) − 4 = 8188, the same range as [`gelu`].
+const PRECISE_CMP_RING_BITS: u32 = 22;
+
+/// `[x]` with every component shifted right (logically) by `d` bits: a sharing of
+/// ⌊x/2^d⌋ − e, e ∈ {0, 1, 2}, **modulo 2^(64−d)** (the wraps of the component sum vanish
+/// there). Only valid for a comparison in a ring of at most 64 − d bits.
+fn shift_components(x: &Shares, d: u32) -> Shares {
+    if d == 0 {
+        return x.clone();
+    }
+    let a = x.a().iter().map(|v| v >> d).collect();
+    let b = x.b().iter().map(|v| v >> d).collect();
+    Shares::from_parts(x.party(), a, b)
+}
+
 /// GeLU to about 1e-4: 0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, where
 /// E(x) = Σ_{i≤8} e_i x^(2i) is an even degree-16 minimax fit of GeLU(x) − x/2 =
 /// x·(Φ(x) − ½) (an even function, so no |x| is needed). Same shape as PUMA's GeLU and
 /// PROTOCOLS.md's SiLU; this crate's design, for models whose logits must match plaintext
 /// closely.
 ///
-/// Schedule: branch A, b0 = `[x < −4]`, b1 = `[x < 4]` in one batched MSB (6 rounds at
-/// k' = 32) and one B2A (1); branch B, with t = x/4 and powers at 28 fractional bits: t²
-/// (square + trunc), t⁴, {t⁶, t⁸}, {t¹⁰, t¹², t¹⁴, t¹⁶} (one mul + trunc round pair each
-/// level, all products of a level batched), then x/2 + Σ k_i t^(2i) with k_i = e_i·16^i at 20
-/// fractional bits, truncated once (1): 9 rounds. Join: (b1 − b0)·P + (1 − b1)·x, one
-/// fused sum of products (1).
+/// Schedule: branch A, the breakpoint bits b0 = `[x < −4 − 2^-7]`, b1 = `[x < 4]` in one
+/// batched MSB in a 22-bit ring (6 rounds) and one B2A in its two-round form (2: R1
+/// relays the unmasked bit to R2, 256 bits instead of 384; branch A still ends before
+/// branch B). The comparisons see x cut to 8
+/// fractional bits by a local shift of every component (a sharing of ⌊x·2^8⌋ − e,
+/// e ∈ {0, 1, 2}, exact modulo 2^(64−f+8)), so each cut moves outwards by less than
+/// 3·2^-8 = 0.012, where E is still within 7e-5 of GeLU. Branch B, with u = (x/4)² at 28
+/// fractional bits and E = A(u) + u⁴·B(u) (Paterson–Stockmeyer, A of degree 3, B of
+/// degree 4): u (square + truncation fused into the reshare, 2), u² (2), {u³, u⁴} (2),
+/// B truncated to 20 fractional bits (1), then u⁴·B with A and x/2 added to the local
+/// parts and one fused reshare + truncation to f bits (2): 9 rounds. Join: (b1 − b0)·P +
+/// (1 − b1)·x, one fused sum of products (1).
 ///
 /// **Error** (measured, tests/gelu_layernorm.rs): max |err| vs the exact form ≤ 1.3e-4 on
 /// [−10, 10] (the cut at ±4 costs 4·Φ(−4) = 1.27e-4 for `Erf`, 7e-5 for `Tanh`). **Range**:
 /// as [`gelu`], |x| < 8188.
 ///
-/// Rounds: 10. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
-/// 8·192 (products) + 8 truncations by 28 or 30 bits + 1 by 30 + 192 (join), about 6000.
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·274 (LT at 22 bits) +
+/// 2·256 (B2A) + 4 fused products (128 + 64 + 6d each, d = 12, 28, 28, 28: 264 + 3·360) +
+/// B's truncation by 28 (232) + the final fused product truncated by 30 (372) + 192
+/// (join) = 3200 (5328 before the fused truncations, the 22-bit comparisons,
+/// Paterson–Stockmeyer and the two-round B2A); **Bytes**: 3200·n/24 per party = 133⅓ per
+/// element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
 pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
-    let width = Width::new(ACTIVATION_RING_BITS).ok_or(Error::bug("activation width"))?;
-    let breakpoints = [encode_at(-4.0, f)?, encode_at(4.0, f)?];
+    let cut = f.saturating_sub(PRECISE_CMP_FRAC_BITS);
+    let cf = f - cut; // fractional bits seen by the comparisons
+    let width =
+        Width::new(PRECISE_CMP_RING_BITS.min(64 - cut)).ok_or(Error::bug("activation width"))?;
+    // b0: the lower cut sits 2 ulps (of the cut grid) below −4, so an x ≥ −4 is never
+    // zeroed; b1: x < 4 always reads as below.
+    let lo = encode_at(-4.0, cf)?.wrapping_sub(2);
+    let breakpoints = [lo, encode_at(4.0, cf)?];
     let e = match form {
         GeluForm::Erf => PRECISE_ERF,
         GeluForm::Tanh => PRECISE_TANH,
@@ -431,57 +472,46 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
     let mut k = Vec::with_capacity(e.len());
     let mut scale = 1.0;
     for (i, c) in e.iter().enumerate() {
-        // The constant term sits at p + q bits, the others multiply p-bit powers.
+        // k_i = e_i·16^i multiplies u^i = (x/4)^(2i). The constant term sits at p + q bits,
+        // the others multiply p-bit powers.
         k.push(encode_at(c * scale, if i == 0 { p + q } else { q })?);
         scale *= 16.0;
     }
+    let kk = |i: usize| k.get(i).copied().unwrap_or(0);
     let half = 1u64 << (p + q - f - 1);
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let shifted = shift_components(x, cut);
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
     let branch_b = async {
         let c = &mut cbx;
         let n = x.len();
-        // t² = x²/16 at p bits: x² has 2f bits.
-        let x2 = square(c, x).await?;
-        let t2 = trunc(c, &x2, 2 * f + 4 - p).await?;
-        let t2sq = square(c, &t2).await?;
-        let t4 = trunc(c, &t2sq, p).await?;
-        let lvl3 = mul(
+        // u = x²/16 at p bits: x² has 2f bits.
+        let u = super::mul::square_trunc(c, x, 2 * f + 4 - p).await?;
+        let u2 = super::mul::square_trunc(c, &u, p).await?;
+        let lvl3 = super::mul::mul_trunc(
             c,
-            &Shares::concat(&[&t4, &t4])?,
-            &Shares::concat(&[&t2, &t4])?,
+            &Shares::concat(&[&u2, &u2])?,
+            &Shares::concat(&[&u, &u2])?,
+            p,
         )
         .await?;
-        let lvl3 = trunc(c, &lvl3, p).await?;
-        let (t6, t8) = lvl3.split_at(n)?;
-        let lvl4 = mul(
-            c,
-            &Shares::concat(&[&t8, &t8, &t8, &t8])?,
-            &Shares::concat(&[&t2, &t4, &t6, &t8])?,
-        )
-        .await?;
-        let lvl4 = trunc(c, &lvl4, p).await?;
-        let t10 = lvl4.slice(0..n)?;
-        let t12 = lvl4.slice(n..2 * n)?;
-        let t14 = lvl4.slice(2 * n..3 * n)?;
-        let t16 = lvl4.slice(3 * n..4 * n)?;
-        let kk = |i: usize| k.get(i).copied().unwrap_or(0);
-        let poly = lincomb(
-            &[
-                (x, half),
-                (&t2, kk(1)),
-                (&t4, kk(2)),
-                (&t6, kk(3)),
-                (&t8, kk(4)),
-                (&t10, kk(5)),
-                (&t12, kk(6)),
-                (&t14, kk(7)),
-                (&t16, kk(8)),
-            ],
-            kk(0),
+        let (u3, u4) = lvl3.split_at(n)?;
+        // B = k4 + k5·u + k6·u² + k7·u³ + k8·u⁴ at p + q bits, cut to q bits so that
+        // u⁴·B lands at p + q bits like A (|B| < 2^8, so the product stays far below 2^62).
+        let b = lincomb(
+            &[(&u, kk(5)), (&u2, kk(6)), (&u3, kk(7)), (&u4, kk(8))],
+            kk(4) << p, // a constant: at p + q bits like the products
         )?;
-        trunc(c, &poly, p + q - f).await
+        let b = trunc(c, &b, p).await?;
+        // A = k0 + k1·u + k2·u² + k3·u³ and x/2, all at p + q bits, join u⁴·B's local parts
+        // before the one reshare + truncation to f bits.
+        let a = lincomb(&[(x, half), (&u, kk(1)), (&u2, kk(2)), (&u3, kk(3))], kk(0))?;
+        let mut z = super::mul::cross_terms(&u4, &b);
+        for (zk, ak) in z.iter_mut().zip(a.a()) {
+            *zk = zk.wrapping_add(*ak);
+        }
+        super::reshare_trunc(c, z, p + q - f).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
@@ -543,7 +573,7 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let half = encode_at(0.5, cb)?;
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();

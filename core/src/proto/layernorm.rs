@@ -7,7 +7,8 @@ use crate::error::Error;
 use crate::share::Shares;
 
 use super::gelu::encode_at;
-use super::{mul, rsqrt_scaled, square, trunc};
+use super::mul::{mul_trunc, square_trunc};
+use super::{rsqrt_scaled, trunc};
 
 /// Extra fractional bits of r = 1/√(var + ε) (f + 8 in total).
 const R_EXTRA_BITS: u32 = 8;
@@ -75,14 +76,15 @@ const MEAN_LOW_BITS: u32 = 12;
 ///
 /// Rounds: 1 + 2 + (R_LT(hi + 2) + 7) + 2 = 19 for d = 768 (hi = 61, k' = 63, R_LT = 7).
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 6·(28 + 40 + 22 +
-/// 34) = 1000) + d·(316 + 376 + 436) (squares with their truncation by f − 8, xc'·γ with
-/// its truncation by f + 2, final product with its truncation by f + 12) + rsqrt's bits
+/// 34) = 1000) + d·(252 + 312 + 372) (squares with their truncation by f − 8, xc'·γ with
+/// its truncation by f + 2, final product with its truncation by f + 12, each truncation
+/// fused into its product's reshare: 128 + 64 + 6d bits) + rsqrt's bits
 /// (72589 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
 /// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for
-/// the rest); d = 768, ε = 1e-5: **939,893 bits per row (117.5 KB)**, against the
-/// cookbook's 946.7 kbit. **Bytes** per party: roles rotate over three blocks of rows and
+/// the rest); d = 768, ε = 1e-5: **792,437 bits per row (99.1 KB)**, against the
+/// cookbook's 946.7 kbit (939,893 with separate truncations). **Bytes** per party: roles rotate over three blocks of rows and
 /// of elements, so with the number of rows divisible by 24 each party sends exactly
-/// 939893·rows/24 bytes; a single row sends (39812, 38874, 38913) bytes (its per-row work
+/// 792437·rows/24 bytes; a single row sends (33668, 32730, 32769) bytes (its per-row work
 /// falls to one party per role).
 ///
 /// # Errors
@@ -163,20 +165,23 @@ pub async fn layernorm_rows(
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     let branch_a = async {
         let c = &mut ca;
-        let sq = square(c, &xc).await?;
-        let sq = trunc(c, &sq, f - sb).await?;
+        let sq = square_trunc(c, &xc, f - sb).await?;
         let s = sq.sum_chunks(d)?.add_public_scalar(eps_total);
         rsqrt_scaled(c, &s, lo, hi, R_EXTRA_BITS, c_scale).await
     };
     let branch_b = async {
         let c = &mut cb;
-        let p = mul(c, &xc_a, &gamma.gather(&col_of)?).await?;
-        trunc(c, &p, f + a - XG_EXTRA_BITS).await
+        mul_trunc(c, &xc_a, &gamma.gather(&col_of)?, f + a - XG_EXTRA_BITS).await
     };
     let (r, xg) = try_join(branch_a, branch_b).await?;
 
     // 3. y = trunc(xg·r, f + 12) + β.
-    let y = mul(&mut ctx, &xg, &r.gather(&row_of)?).await?;
-    let y = trunc(&mut ctx, &y, f + XG_EXTRA_BITS + R_EXTRA_BITS).await?;
+    let y = mul_trunc(
+        &mut ctx,
+        &xg,
+        &r.gather(&row_of)?,
+        f + XG_EXTRA_BITS + R_EXTRA_BITS,
+    )
+    .await?;
     y.add(&beta.gather(&col_of)?)
 }

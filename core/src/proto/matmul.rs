@@ -5,7 +5,7 @@ use crate::engine::Ctx;
 use crate::error::Error;
 use crate::share::Shares;
 
-use super::{reshare, trunc};
+use super::{reshare, reshare_trunc};
 
 /// Matrix product `X·Y` of an `m×k` and a `k×n` shared matrix (row-major), over Z_2^64.
 ///
@@ -29,12 +29,14 @@ pub async fn matmul(
     matmul_batch(ctx, x, y, 1, (m, k, n)).await
 }
 
-/// Fixed-point matrix product: [`matmul`] then [`trunc`] by the session's fractional bits.
+/// Fixed-point matrix product: [`matmul`] and a truncation by the session's fractional
+/// bits fused into the reshare (see [`super::mul_fixed`]).
 ///
-/// Rounds: 2. Bytes: 8·m·n + ⌈172·m·n/3/8⌉ per party (m·n divisible by 3, f = 18).
+/// Rounds: 2. Bits per output element, summed over the parties: 300 at f = 18 (a reshare
+/// and a separate truncation: 364).
 ///
 /// # Errors
-/// As [`matmul`] and [`trunc`].
+/// As [`matmul`] and [`trunc`](super::trunc()).
 pub async fn matmul_fixed(
     ctx: &mut Ctx,
     x: &Shares,
@@ -43,9 +45,26 @@ pub async fn matmul_fixed(
     k: usize,
     n: usize,
 ) -> Result<Shares, Error> {
+    matmul_batch_fixed(ctx, x, y, 1, (m, k, n)).await
+}
+
+/// [`matmul_batch`] with the truncation by the session's fractional bits fused into the
+/// reshare, as [`matmul_fixed`].
+///
+/// Rounds: 2. Bits per output element: those of [`matmul_fixed`].
+///
+/// # Errors
+/// As [`matmul_batch`].
+pub async fn matmul_batch_fixed(
+    ctx: &mut Ctx,
+    x: &Shares,
+    y: &Shares,
+    batch: usize,
+    dims: (usize, usize, usize),
+) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let z = matmul(ctx, x, y, m, k, n).await?;
-    trunc(ctx, &z, f).await
+    let z = batch_terms(ctx, x, y, batch, dims)?;
+    reshare_trunc(ctx, z, f).await
 }
 
 /// A batch of independent matrix products `X_b·Y_b` (b < `batch`), each `m×k` by `k×n`,
@@ -64,6 +83,19 @@ pub async fn matmul_batch(
     batch: usize,
     (m, k, n): (usize, usize, usize),
 ) -> Result<Shares, Error> {
+    let z = batch_terms(ctx, x, y, batch, (m, k, n))?;
+    let mut ctx = ctx.fork();
+    reshare(&mut ctx, z).await
+}
+
+/// This party's 3-of-3 parts of a batch of matrix products.
+fn batch_terms(
+    ctx: &Ctx,
+    x: &Shares,
+    y: &Shares,
+    batch: usize,
+    (m, k, n): (usize, usize, usize),
+) -> Result<Vec<u64>, Error> {
     let dims = (
         m.checked_mul(k).and_then(|v| v.checked_mul(batch)),
         k.checked_mul(n).and_then(|v| v.checked_mul(batch)),
@@ -78,7 +110,6 @@ pub async fn matmul_batch(
             "matrix lengths do not match their dimensions",
         ));
     }
-    let mut ctx = ctx.fork();
     let mut z = vec![0u64; mn * batch];
     let kernel = ctx.kernel();
     let (mk, kn) = (m * k, k * n);
@@ -99,12 +130,20 @@ pub async fn matmul_batch(
             .b()
             .get(b * kn..(b + 1) * kn)
             .ok_or(Error::bug("batch out of range"))?;
-        let y_sum: Vec<u64> = ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect();
         let zb = z
             .get_mut(b * mn..(b + 1) * mn)
             .ok_or(Error::bug("batch out of range"))?;
-        kernel.matmul_acc(xa, &y_sum, zb, m, k, n);
-        kernel.matmul_acc(xb, ya, zb, m, k, n);
+        // x_a·y_a + x_a·y_b + x_b·y_a with one sum of halves: of the smaller operand, so
+        // that a weight matrix (e.g. the 50257-row embedding) is never copied.
+        if mk <= kn {
+            let x_sum: Vec<u64> = xa.iter().zip(xb).map(|(a, b)| a.wrapping_add(*b)).collect();
+            kernel.matmul_acc(&x_sum, ya, zb, m, k, n);
+            kernel.matmul_acc(xa, yb, zb, m, k, n);
+        } else {
+            let y_sum: Vec<u64> = ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect();
+            kernel.matmul_acc(xa, &y_sum, zb, m, k, n);
+            kernel.matmul_acc(xb, ya, zb, m, k, n);
+        }
     }
-    reshare(&mut ctx, z).await
+    Ok(z)
 }

@@ -27,7 +27,7 @@ pub use eq::{embed, eq, eq_public, one_hot};
 pub use gelu::{ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_precise, gelu_with, silu};
 pub use input::{share_input, share_input_parts};
 pub use layernorm::layernorm_rows;
-pub use matmul::{matmul, matmul_batch, matmul_fixed};
+pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
 };
@@ -40,6 +40,7 @@ pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, causal_valid_len, neg_exp, neg_exp_with, softmax_rows,
     softmax_rows_causal, softmax_rows_masked, softmax_rows_with,
 };
+use trunc::reshare_trunc;
 pub use trunc::trunc;
 
 use alloc::vec::Vec;

@@ -4,7 +4,7 @@ use crate::engine::Ctx;
 use crate::error::Error;
 use crate::share::Shares;
 
-use super::{reshare, trunc};
+use super::{reshare, reshare_trunc};
 
 /// Elementwise product `x ⊙ y` over Z_2^64 (ABY3 §2).
 ///
@@ -20,8 +20,12 @@ pub async fn mul(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error>
         return Err(Error::misuse("mul of vectors of different lengths"));
     }
     let mut ctx = ctx.fork();
-    let z: Vec<u64> = x
-        .a()
+    reshare(&mut ctx, cross_terms(x, y)).await
+}
+
+/// This party's 3-of-3 part of `x ⊙ y`: `x_i·y_i + x_i·y_{i+1} + x_{i+1}·y_i`.
+pub(super) fn cross_terms(x: &Shares, y: &Shares) -> Vec<u64> {
+    x.a()
         .iter()
         .zip(x.b())
         .zip(y.a().iter().zip(y.b()))
@@ -30,8 +34,40 @@ pub async fn mul(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error>
                 .wrapping_add(xa.wrapping_mul(*yb))
                 .wrapping_add(xb.wrapping_mul(*ya))
         })
-        .collect();
-    reshare(&mut ctx, z).await
+        .collect()
+}
+
+/// This party's 3-of-3 part of `x ⊙ x`: `x_i² + 2·x_i·x_{i+1}`.
+fn square_terms(x: &Shares) -> Vec<u64> {
+    x.a()
+        .iter()
+        .zip(x.b())
+        .map(|(a, b)| {
+            a.wrapping_mul(*a)
+                .wrapping_add(a.wrapping_mul(*b).wrapping_mul(2))
+        })
+        .collect()
+}
+
+/// `x ⊙ y` truncated by `d` bits, the truncation fused into the reshare
+/// ([`reshare_trunc`]): within {0, +1} of ⌊x·y/2^d⌋ while |x·y| < 2^62 raw.
+///
+/// Rounds: 2. Bits per element (three parties): 192 + 6·d.
+pub(crate) async fn mul_trunc(
+    ctx: &mut Ctx,
+    x: &Shares,
+    y: &Shares,
+    d: u32,
+) -> Result<Shares, Error> {
+    if x.len() != y.len() {
+        return Err(Error::misuse("mul of vectors of different lengths"));
+    }
+    reshare_trunc(ctx, cross_terms(x, y), d).await
+}
+
+/// `x ⊙ x` truncated by `d` bits, fused as [`mul_trunc`]. Rounds: 2.
+pub(crate) async fn square_trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
+    reshare_trunc(ctx, square_terms(x), d).await
 }
 
 /// Elementwise square `x ⊙ x`: `z_i = x_i² + 2·x_i·x_{i+1}`. Exact.
@@ -42,40 +78,32 @@ pub async fn mul(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error>
 /// `Protocol` if a message is malformed.
 pub async fn square(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
-    let z: Vec<u64> = x
-        .a()
-        .iter()
-        .zip(x.b())
-        .map(|(a, b)| {
-            a.wrapping_mul(*a)
-                .wrapping_add(a.wrapping_mul(*b).wrapping_mul(2))
-        })
-        .collect();
-    reshare(&mut ctx, z).await
+    reshare(&mut ctx, square_terms(x)).await
 }
 
-/// Fixed-point product: [`mul`] then [`trunc`] by the session's fractional bits.
+/// Fixed-point product: [`mul`] and a truncation by the session's fractional bits, the
+/// truncation fused into the reshare (the product is never reshared on its own).
 ///
 /// Output within {0, +1} ulp of ⌊x·y / 2^f⌋ while |x·y| < 2^62 in raw ring units.
 ///
-/// Rounds: 2. Bytes: 8·n + ⌈172·n/3/8⌉ per party (n divisible by 3, f = 18).
+/// Rounds: 2. Bits per element, summed over the parties: 128 + 64 + 6f = 300 at f = 18;
+/// Bytes per party 16·n/3 + those of [`super::trunc`] (n divisible by 3).
 ///
 /// # Errors
-/// As [`mul`] and [`trunc`].
+/// As [`mul`] and [`trunc`](super::trunc()).
 pub async fn mul_fixed(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let z = mul(ctx, x, y).await?;
-    trunc(ctx, &z, f).await
+    mul_trunc(ctx, x, y, f).await
 }
 
-/// Fixed-point square: [`square`] then [`trunc`].
+/// Fixed-point square: [`square`] with the truncation fused into the reshare, as
+/// [`mul_fixed`].
 ///
-/// Rounds: 2.
+/// Rounds: 2. Bytes: those of [`mul_fixed`].
 ///
 /// # Errors
-/// As [`square`] and [`trunc`].
+/// As [`square`] and [`trunc`](super::trunc()).
 pub async fn square_fixed(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let z = square(ctx, x).await?;
-    trunc(ctx, &z, f).await
+    square_trunc(ctx, x, f).await
 }

@@ -10,7 +10,8 @@ use crate::ring::Width;
 use crate::share::Shares;
 
 use super::maxpool::{MaxMethod, max_segments};
-use super::{b2a, lt_public, mul, reciprocal_extra, square, trunc};
+use super::mul::{mul_trunc, square_trunc};
+use super::{b2a, lt_public, mul, reciprocal_extra};
 
 /// Ring width k' of the comparisons in [`neg_exp`] and in the row maxima of the softmax
 /// functions: 32 bits. [`neg_exp`] is exact on its branch while |x + 14| < 2^(k'−1−f) =
@@ -84,9 +85,10 @@ impl ExpApprox {
 ///
 /// Rounds: 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17; t = 9: 19), 8 for t = 3.
 /// Bits per element, summed over the parties, with trunc(d) = 64 + 6d:
-/// 414 (comparison) + 384 (B2A) + 192·t (squares) + trunc(2f + 2t − 30) +
-/// (t − 2)·trunc(30) + trunc(60 − f) + 192 (join); f = 18: t = 5 **3158 bits** (≈ 132
-/// bytes per party and element with role rotation), t = 8 4502, t = 9 4950.
+/// 414 (comparison) + 384 (B2A) + 128·t (squares, each truncation fused into the
+/// square's reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + trunc(60 − f) + 192
+/// (join); f = 18: t = 5 **2838 bits** (≈ 118 bytes per party and element with role
+/// rotation), t = 8 3990, t = 9 4374.
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12, 16 ≤ f + t ≤ 31 and f ≤ 30; `Protocol` if a message is
@@ -106,9 +108,9 @@ pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares
 /// [−50, 0]): Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (approximation 3.5e-6 plus protocol).
 ///
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1, Taylor2 2t + 3 (t = 4: **11**, t = 8: 19).
-/// Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 192 (x²) +
-/// trunc(2f + 2t − 29) + 192·t + (t − 1)·trunc(30) + trunc(60 − f) + 192: t = 4: **3152
-/// bits**, t = 8: 4944.
+/// Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 128 (x², fused
+/// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
+/// t = 4: **2832 bits**, t = 8: 4368.
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -156,8 +158,7 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
         // y1 = base² at 30 bits; `rest` squarings follow.
         let (mut y, rest) = if taylor {
             // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
-            let x2 = square(c, x).await?;
-            let half_y2 = trunc(c, &x2, first_shift).await?;
+            let half_y2 = square_trunc(c, x, first_shift).await?;
             let base = x
                 .scale(1u64 << y_shift)
                 .add(&half_y2)?
@@ -165,15 +166,12 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
             (base, t)
         } else {
             let base = x.add_public_scalar(1u64 << (t + f));
-            let sq = square(c, &base).await?;
-            (trunc(c, &sq, first_shift).await?, t - 1)
+            (square_trunc(c, &base, first_shift).await?, t - 1)
         };
         for _ in 1..rest {
-            let sq = square(c, &y).await?;
-            y = trunc(c, &sq, NEG_EXP_BITS).await?;
+            y = square_trunc(c, &y, NEG_EXP_BITS).await?;
         }
-        let sq = square(c, &y).await?;
-        trunc(c, &sq, 2 * NEG_EXP_BITS - f).await
+        square_trunc(c, &y, 2 * NEG_EXP_BITS - f).await
     };
     let (keep, y) = try_join(branch_a, branch_b).await?;
     mul(&mut ctx, &keep, &y).await
@@ -289,10 +287,11 @@ pub async fn softmax_rows_masked(
 /// **39** (PROTOCOLS.md: 41); Puma t = 9 (or Taylor2 t = 8): 47; n = 1024: 5 tournament
 /// levels first, 53 + 11 + 13 + 2 = 79.
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 220230) + n·negExp (Puma t = 5: 3158) + the row's reciprocal (n ≤ 32: 6490)
-/// plus n·(192 + 64 + 6(f + 12)) (final products and truncations: 436 per entry);
-/// n = 32, Puma t = 5: 220230 + 101056 + 6490 + 13952 = **341728 bits (42.7 KB) per row**,
-/// pinned in tests/softmax.rs.
+/// max (n = 32: 220230) + n·negExp (Puma t = 5: 2838) + the row's reciprocal (n ≤ 32: 6490)
+/// plus n·(128 + 64 + 6(f + 12)) (final products with their truncations fused into the
+/// reshare: 372 per entry); n = 32, Puma t = 5: 220230 + 90816 + 6490 + 11904 =
+/// **329440 bits (41.2 KB) per row** (341728 with separate truncations), pinned in
+/// tests/softmax.rs.
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols`, `valid_len.len() ≠ rows`, some valid length is 0 or
@@ -392,6 +391,5 @@ async fn softmax_segments(
     let hi = f + ceil_log2(n_max);
     let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA).await?;
     // 6. Broadcast product.
-    let p = mul(ctx, &e, &r.gather(seg_of)?).await?;
-    trunc(ctx, &p, f + SOFTMAX_RECIP_EXTRA).await
+    mul_trunc(ctx, &e, &r.gather(seg_of)?, f + SOFTMAX_RECIP_EXTRA).await
 }

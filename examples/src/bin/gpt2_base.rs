@@ -10,79 +10,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndarray::{Array1, Array2};
 use puma_core::{Config, PartyId};
-use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
-use puma_layers::config::{Activation, Gpt2Config};
+use puma_examples::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
 use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
-
-/// A deterministic uniform value in [−1, 1) (SplitMix64).
-fn uniform(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-}
-
-/// Uniform weights with GPT-2's standard deviation 0.02 (uniform on ±0.02·√3).
-fn matrix(rows: usize, cols: usize, state: &mut u64) -> Array2<f64> {
-    let s = 0.02 * 3f64.sqrt();
-    Array2::from_shape_fn((rows, cols), |_| s * uniform(state))
-}
-
-fn ln(d: usize) -> LayerNormWeights {
-    LayerNormWeights {
-        gamma: Array1::ones(d),
-        beta: Array1::zeros(d),
-    }
-}
-
-fn base_model(layers: usize) -> (Gpt2Config, Gpt2Weights) {
-    let (d, v, p, inner) = (768, 50257, 1024, 3072);
-    let cfg = Gpt2Config {
-        n_layer: layers,
-        n_embd: d,
-        n_head: 12,
-        n_inner: inner,
-        n_positions: p,
-        vocab_size: v,
-        layer_norm_epsilon: 1e-5,
-        activation: Activation::GeluTanh,
-    };
-    let mut st = 2024u64;
-    let blocks = (0..layers)
-        .map(|_| Gpt2Block {
-            ln_1: ln(d),
-            attn_w: matrix(d, 3 * d, &mut st),
-            attn_b: Array1::zeros(3 * d),
-            proj_w: matrix(d, d, &mut st),
-            proj_b: Array1::zeros(d),
-            ln_2: ln(d),
-            fc_w: matrix(d, inner, &mut st),
-            fc_b: Array1::zeros(inner),
-            fc_proj_w: matrix(inner, d, &mut st),
-            fc_proj_b: Array1::zeros(d),
-        })
-        .collect();
-    let w = Gpt2Weights {
-        wte: matrix(v, d, &mut st),
-        wpe: matrix(p, d, &mut st) * 0.5,
-        blocks,
-        ln_f: ln(d),
-        lm_head: None,
-    };
-    (cfg, w)
-}
-
-/// Peak resident set size of this process in bytes (Linux), if known.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
 
 fn main() -> ExitCode {
     let mut new_tokens = 1usize;
@@ -103,7 +33,7 @@ fn main() -> ExitCode {
         }
     }
     let t0 = Instant::now();
-    let model = Arc::new(base_model(layers));
+    let model = Arc::new(random_gpt2(GPT2_BASE, layers));
     println!(
         "GPT-2 base shape: {layers} layers, width 768, 12 heads, vocabulary 50257; random weights built in {:.1} s",
         t0.elapsed().as_secs_f64()

@@ -75,10 +75,9 @@ struct SharedBlock {
 /// One party's shares of a GPT-2 model.
 pub struct SharedGpt2 {
     cfg: Gpt2Config,
-    /// `V × d`, for embedding one-hot rows.
+    /// `V × d`: embeds one-hot rows, and is the tied LM head (logits are computed as
+    /// `wte · hᵀ`, so no transposed copy is stored).
     wte: Shares,
-    /// `d × V`, the tied LM head (a local transpose of the LM head matrix).
-    head_t: Shares,
     wpe: Shares,
     blocks: Vec<SharedBlock>,
     ln_f: (Shares, Shares),
@@ -118,6 +117,13 @@ fn tensor_sizes(cfg: &Gpt2Config) -> Vec<usize> {
     }
     sizes.extend_from_slice(&[d, d]);
     sizes
+}
+
+/// The gather indices that transpose a row-major `rows × cols` matrix.
+fn transpose_indices(rows: usize, cols: usize) -> Vec<usize> {
+    (0..cols)
+        .flat_map(|j| (0..rows).map(move |i| i * cols + j))
+        .collect()
 }
 
 /// Encodes `n` plaintext values into a vector of exactly that capacity.
@@ -214,8 +220,8 @@ impl SharedGpt2 {
     /// Shares the model: `owner` passes its weights (`Some` only there); every party passes
     /// the same public config. All tensors travel as one masked vector from the owner.
     ///
-    /// Rounds: 1. Bytes: 8 per parameter from the owner (the tied LM head once: its
-    /// transpose is a local permutation).
+    /// Rounds: 1. Bytes: 8 per parameter from the owner (the tied LM head once, used in
+    /// place as `wte`).
     ///
     /// # Errors
     /// `Misuse` if the owner's weights do not match the config or do not fit the fixed-point
@@ -254,14 +260,6 @@ impl SharedGpt2 {
         };
         let wte = take()?;
         let wpe = take()?;
-        // The LM head is tied to wte: its transpose is a local permutation of the shares.
-        let (v, d) = (cfg.vocab_size, cfg.n_embd);
-        let mut transpose = Vec::with_capacity(v * d);
-        for j in 0..d {
-            transpose.extend((0..v).map(|t| t * d + j));
-        }
-        let head_t = wte.gather(&transpose)?;
-        drop(transpose);
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for _ in 0..cfg.n_layer {
             blocks.push(SharedBlock {
@@ -281,7 +279,6 @@ impl SharedGpt2 {
         Ok(SharedGpt2 {
             cfg: cfg.clone(),
             wte,
-            head_t,
             wpe,
             blocks,
             ln_f,
@@ -395,7 +392,6 @@ async fn blocks_forward(
     let (d, h, hd) = (cfg.n_embd, cfg.n_head, cfg.head_dim());
     let past = cache.len;
     let total = past + rows;
-    let f = ctx.fixed().frac_bits();
     if cache.keys.is_empty() {
         cache.keys = (0..cfg.n_layer).map(|_| Vec::new()).collect();
         cache.values = (0..cfg.n_layer).map(|_| Vec::new()).collect();
@@ -461,15 +457,13 @@ async fn blocks_forward(
         let kt = Shares::concat(&kt_parts.iter().collect::<Vec<_>>())?;
         let vcat = Shares::concat(&values.iter().collect::<Vec<_>>())?;
         // Scores (the 1/√hd scaling is folded into the query weights).
-        let scores = proto::matmul_batch(ctx, &q, &kt, h, (rows, hd, total)).await?;
-        let scores = proto::trunc(ctx, &scores, f).await?;
+        let scores = proto::matmul_batch_fixed(ctx, &q, &kt, h, (rows, hd, total)).await?;
         let m3 = ctx.meter();
         costs.add("attention matmul", m2, m3);
         let probs = causal_softmax(ctx, &scores, h, rows, past, settings.softmax_exp).await?;
         let m4 = ctx.meter();
         costs.add("softmax", m3, m4);
-        let ctxv = proto::matmul_batch(ctx, &probs, &vcat, h, (rows, total, hd)).await?;
-        let ctxv = proto::trunc(ctx, &ctxv, f).await?;
+        let ctxv = proto::matmul_batch_fixed(ctx, &probs, &vcat, h, (rows, total, hd)).await?;
         // Merge heads back to rows × d.
         let merge: Vec<usize> = (0..rows)
             .flat_map(|i| {
@@ -594,7 +588,11 @@ pub async fn forward_logits(
         cfg.layer_norm_epsilon,
     )
     .await?;
-    let logits = proto::matmul_fixed(ctx, &hidden, &model.head_t, len, d, v).await?;
+    // Logitsᵀ = wte · hiddenᵀ (`V × len`), then back to `len × V`: two local permutations
+    // of small matrices instead of a stored transpose of the LM head.
+    let hidden_t = hidden.gather(&transpose_indices(len, d))?;
+    let logits_t = proto::matmul_fixed(ctx, &model.wte, &hidden_t, v, d, len).await?;
+    let logits = logits_t.gather(&transpose_indices(v, len))?;
     let fx = ctx.fixed();
     Ok(proto::reveal_to(ctx, &logits, client)
         .await?
@@ -704,7 +702,8 @@ pub async fn generate(
         .await?;
         let m1 = ctx.meter();
         out.costs.add("layernorm", m0, m1);
-        let logits = proto::matmul_fixed(ctx, &last, &model.head_t, 1, d, v).await?;
+        // wte · lastᵀ: a `d`-vector is the same in both layouts, so no transpose is needed.
+        let logits = proto::matmul_fixed(ctx, &model.wte, &last, v, d, 1).await?;
         let m2 = ctx.meter();
         out.costs.add("lm head", m1, m2);
         match mode {

@@ -1,0 +1,379 @@
+//! Secure inference benchmark on the shapes of PUMA's tables: GPT-2 base, medium and large,
+//! 32 prompt tokens → 1 generated token, seeded random weights, three parties in one process
+//! over the in-memory transport.
+//!
+//! `cargo run --release -p puma-examples --bin bench_models -- [--models base,medium,large]
+//! [--whole | --scaled] [--json]`
+//!
+//! A configuration is either run whole (all blocks) or, by default for the shapes that do
+//! not fit in memory as three parties in one process (medium and large), measured with 1
+//! and 3 blocks and scaled by the block count: `f(L) = f(1) + (L − 1)·(f(3) − f(1))/2` for
+//! time, bytes, rounds, peak memory and every breakdown entry. Each output says which.
+//! Bytes and rounds are exact either way (every block costs the same); times and memory
+//! are measured. Every measured run is a fresh child process (this binary with `--single`),
+//! so that its peak resident set is its own.
+//!
+//! Bert-Base (128 tokens) is measured by the `bert` binary (`--synthetic-base L --tokens
+//! 128`); Bert-Large has no synthetic shape yet.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use puma_core::{Config, PartyId};
+use puma_examples::random_gpt2::{
+    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
+};
+use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+use serde_json::json;
+
+/// Prompt tokens, as in PUMA's GPT-2 table.
+const PROMPT: usize = 32;
+
+/// The layer kinds of the breakdown, in display order.
+const KINDS: [&str; 9] = [
+    "input",
+    "embedding",
+    "layernorm",
+    "linear",
+    "attention matmul",
+    "softmax",
+    "gelu",
+    "lm head",
+    "output",
+];
+
+/// Figures of one run (or one scaled combination of runs).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Figures {
+    /// Wall time of the whole run3 call (sharing + inference), seconds.
+    wall_secs: f64,
+    /// Longest model-sharing time over the parties, seconds.
+    share_secs: f64,
+    /// Inference time: from the moment the last party finished sharing the model to the
+    /// moment the last party finished inference, seconds.
+    infer_secs: f64,
+    /// CPU seconds of the three party threads during inference (summed; load-independent,
+    /// unlike wall time on a shared machine).
+    infer_cpu_secs: f64,
+    /// CPU seconds of the three party threads while sharing the model (summed).
+    share_cpu_secs: f64,
+    /// Payload bytes each party sent during inference (model sharing excluded).
+    infer_bytes: [f64; 3],
+    /// Payload bytes each party sent while sharing the model.
+    share_bytes: [f64; 3],
+    /// Critical-path rounds of the inference (prompt step, all parties' max epochs).
+    infer_rounds: f64,
+    /// Rounds of the whole session (setup and sharing included).
+    session_rounds: f64,
+    /// Peak resident set of the process (three parties plus the owner's plaintext model).
+    peak_rss: f64,
+    /// Resident set after building the plaintext model, before the parties start.
+    baseline_rss: f64,
+    /// Bytes (summed over the parties) and epochs (P0) per layer kind.
+    breakdown: Vec<(f64, f64)>,
+}
+
+impl Figures {
+    /// `self + t·(other − self)`, entry by entry.
+    fn extrapolate(&self, other: &Figures, t: f64) -> Figures {
+        let f = |a: f64, b: f64| a + t * (b - a);
+        let f3 = |a: [f64; 3], b: [f64; 3]| [f(a[0], b[0]), f(a[1], b[1]), f(a[2], b[2])];
+        Figures {
+            wall_secs: f(self.wall_secs, other.wall_secs),
+            share_secs: f(self.share_secs, other.share_secs),
+            infer_secs: f(self.infer_secs, other.infer_secs),
+            infer_cpu_secs: f(self.infer_cpu_secs, other.infer_cpu_secs),
+            share_cpu_secs: f(self.share_cpu_secs, other.share_cpu_secs),
+            infer_bytes: f3(self.infer_bytes, other.infer_bytes),
+            share_bytes: f3(self.share_bytes, other.share_bytes),
+            infer_rounds: f(self.infer_rounds, other.infer_rounds),
+            session_rounds: f(self.session_rounds, other.session_rounds),
+            peak_rss: f(self.peak_rss, other.peak_rss),
+            baseline_rss: f(self.baseline_rss, other.baseline_rss),
+            breakdown: self
+                .breakdown
+                .iter()
+                .zip(&other.breakdown)
+                .map(|(a, b)| (f(a.0, b.0), f(a.1, b.1)))
+                .collect(),
+        }
+    }
+}
+
+/// Current resident set of this process in bytes (Linux `VmRSS`), if known.
+fn rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU seconds (user + system) of the calling thread so far (Linux), if known.
+fn thread_cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    // Linux reports clock ticks of USER_HZ = 100 per second.
+    Some((utime + stime) / 100.0)
+}
+
+/// Runs `shape` with its first `layers` blocks: P1 owns the model, P0 is the client.
+fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
+    let model = Arc::new(random_gpt2(shape, layers));
+    let baseline_rss = rss().unwrap_or(0) as f64;
+    let prompt: Vec<u32> = (0..PROMPT as u32)
+        .map(|i| (i * 1543 + 17) % 50257)
+        .collect();
+    let settings = SecureSettings::default();
+    let start = Instant::now();
+    let out = puma_transports::mem::run3(Config::new(7), 11, |me| {
+        let model = model.clone();
+        let prompt = prompt.clone();
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            let cpu0 = thread_cpu_secs().unwrap_or(0.0);
+            let t = Instant::now();
+            let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                .await?;
+            let share_secs = t.elapsed().as_secs_f64();
+            let share_bytes = ctx.meter().payload_bytes_sent;
+            let shared_at = Instant::now();
+            let cpu1 = thread_cpu_secs().unwrap_or(0.0);
+            let g = generate(
+                &mut ctx,
+                &m,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&prompt[..]),
+                PROMPT,
+                1,
+                OutputMode::RevealLogits,
+                &settings,
+                None,
+            )
+            .await?;
+            let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
+            Ok((g, share_secs, share_bytes, shared_at, Instant::now(), cpu))
+        }
+    });
+    let wall_secs = start.elapsed().as_secs_f64();
+    let mut fig = Figures {
+        wall_secs,
+        baseline_rss,
+        peak_rss: peak_rss().unwrap_or(0) as f64,
+        session_rounds: f64::from(out.rounds()),
+        breakdown: vec![(0.0, 0.0); KINDS.len()],
+        ..Figures::default()
+    };
+    let (mut all_shared, mut all_done) = (start, start);
+    for (i, r) in out.results.iter().enumerate() {
+        let (g, share_secs, share_bytes, shared_at, done_at, (share_cpu, infer_cpu)) =
+            r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
+        fig.share_cpu_secs += share_cpu;
+        fig.infer_cpu_secs += infer_cpu;
+        fig.share_secs = fig.share_secs.max(*share_secs);
+        all_shared = all_shared.max(*shared_at);
+        all_done = all_done.max(*done_at);
+        fig.share_bytes[i] = *share_bytes as f64;
+        fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - share_bytes) as f64;
+        let epochs: u32 = g.step_costs.iter().map(|&(_, e)| e).sum();
+        fig.infer_rounds = fig.infer_rounds.max(f64::from(epochs));
+        for (kind, bytes, epochs) in &g.costs.entries {
+            if let Some(k) = KINDS.iter().position(|k| k == kind) {
+                fig.breakdown[k].0 += *bytes as f64;
+                if i == 0 {
+                    fig.breakdown[k].1 += f64::from(*epochs);
+                }
+            }
+        }
+    }
+    fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
+    Ok(fig)
+}
+
+fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
+    let total_infer: f64 = fig.infer_bytes.iter().sum();
+    let per_party_rss = (fig.peak_rss - fig.baseline_rss) / 3.0;
+    if as_json {
+        let breakdown: serde_json::Map<String, serde_json::Value> = KINDS
+            .iter()
+            .zip(&fig.breakdown)
+            .map(|(k, (b, e))| {
+                (
+                    k.to_string(),
+                    json!({ "bytes": b.round(), "epochs": e.round() }),
+                )
+            })
+            .collect();
+        let obj = json!({
+            "model": shape.name,
+            "layers": shape.layers,
+            "width": shape.width,
+            "heads": shape.heads,
+            "tokens_in": PROMPT,
+            "tokens_out": 1,
+            "method": method,
+            "seconds": fig.infer_secs,
+            "cpu_seconds": fig.infer_cpu_secs,
+            "share_cpu_seconds": fig.share_cpu_secs,
+            "share_seconds": fig.share_secs,
+            "wall_seconds": fig.wall_secs,
+            "bytes_per_party": fig.infer_bytes.map(f64::round),
+            "total_bytes": total_infer.round(),
+            "share_bytes_per_party": fig.share_bytes.map(f64::round),
+            "rounds": fig.infer_rounds.round(),
+            "session_rounds": fig.session_rounds.round(),
+            "peak_rss_bytes": fig.peak_rss.round(),
+            "baseline_rss_bytes": fig.baseline_rss.round(),
+            "peak_rss_per_party_bytes": per_party_rss.round(),
+            "breakdown": breakdown,
+        });
+        println!("{obj}");
+        return;
+    }
+    println!(
+        "== {} ({} layers, width {}, {} heads), {PROMPT} → 1 tokens; {method}",
+        shape.name, shape.layers, shape.width, shape.heads
+    );
+    println!(
+        "  inference {:.2} s (last party shared → last party done); model sharing {:.2} s (slowest party); whole run {:.2} s",
+        fig.infer_secs, fig.share_secs, fig.wall_secs
+    );
+    println!(
+        "  CPU of the three party threads: inference {:.2} s, sharing {:.2} s",
+        fig.infer_cpu_secs, fig.share_cpu_secs
+    );
+    println!(
+        "  inference bytes per party {:.1} / {:.1} / {:.1} MB, total {:.1} MB; rounds {:.0} (session {:.0})",
+        fig.infer_bytes[0] / 1e6,
+        fig.infer_bytes[1] / 1e6,
+        fig.infer_bytes[2] / 1e6,
+        total_infer / 1e6,
+        fig.infer_rounds,
+        fig.session_rounds
+    );
+    println!(
+        "  model sharing {:.1} MB from the owner",
+        fig.share_bytes.iter().sum::<f64>() / 1e6
+    );
+    println!(
+        "  peak RSS {:.2} GB for the process; {:.2} GB before the parties started (plaintext model); (peak − that)/3 = {:.2} GB per party",
+        fig.peak_rss / 1e9,
+        fig.baseline_rss / 1e9,
+        per_party_rss / 1e9
+    );
+    for (k, (b, e)) in KINDS.iter().zip(&fig.breakdown) {
+        if *b > 0.0 || *e > 0.0 {
+            println!(
+                "    {k:<18} {:>10.2} MB (3 parties) {:>6.0} epochs",
+                b / 1e6,
+                e
+            );
+        }
+    }
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: bench_models [--models base,medium,large] [--whole | --scaled] [--json]");
+    ExitCode::from(2)
+}
+
+/// Runs `shape` with `layers` blocks in a fresh child process and reads its figures.
+fn run_child(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(["--single", shape.name, &layers.to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// The child side of [`run_child`]: prints one run's figures as JSON.
+fn single(name: &str, layers: &str) -> ExitCode {
+    let shape = [GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE]
+        .into_iter()
+        .find(|s| s.name == name);
+    let (Some(shape), Ok(layers)) = (shape, layers.parse::<usize>()) else {
+        return usage();
+    };
+    match run(shape, layers).and_then(|f| serde_json::to_string(&f).map_err(|e| e.to_string())) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut shapes = vec![GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE];
+    let mut force: Option<bool> = None; // Some(true): whole; Some(false): scaled
+    let mut as_json = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--single" => {
+                let (Some(name), Some(layers)) = (args.next(), args.next()) else {
+                    return usage();
+                };
+                return single(&name, &layers);
+            }
+            "--json" => as_json = true,
+            "--whole" => force = Some(true),
+            "--scaled" => force = Some(false),
+            "--models" => {
+                let Some(list) = args.next() else {
+                    return usage();
+                };
+                let mut chosen = Vec::new();
+                for name in list.split(',') {
+                    match name {
+                        "base" => chosen.push(GPT2_BASE),
+                        "medium" => chosen.push(GPT2_MEDIUM),
+                        "large" => chosen.push(GPT2_LARGE),
+                        _ => return usage(),
+                    }
+                }
+                shapes = chosen;
+            }
+            _ => return usage(),
+        }
+    }
+    for shape in shapes {
+        // Only GPT-2 base fits whole: medium's weights alone are ~17 GB as three parties'
+        // shares.
+        let whole = force.unwrap_or(shape == GPT2_BASE);
+        let result = if whole {
+            run_child(shape, shape.layers).map(|f| (f, "whole run".to_owned()))
+        } else {
+            run_child(shape, 1).and_then(|one| {
+                let three = run_child(shape, 3)?;
+                let t = (shape.layers - 1) as f64 / 2.0;
+                Ok((
+                    one.extrapolate(&three, t),
+                    format!(
+                        "measured with 1 and 3 blocks, scaled to {} blocks",
+                        shape.layers
+                    ),
+                ))
+            })
+        };
+        match result {
+            Ok((fig, method)) => report(shape, &method, &fig, as_json),
+            Err(e) => {
+                eprintln!("{}: {e}", shape.name);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

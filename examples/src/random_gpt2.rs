@@ -1,0 +1,116 @@
+//! GPT-2-shaped models with seeded random weights, for benchmarks that need the shapes of
+//! PUMA's tables but no checkpoint.
+
+use ndarray::{Array1, Array2};
+use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
+use puma_layers::config::{Activation, Gpt2Config};
+
+/// A published GPT-2 shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gpt2Shape {
+    /// Name, e.g. `gpt2-base`.
+    pub name: &'static str,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Width of the residual stream.
+    pub width: usize,
+    /// Attention heads.
+    pub heads: usize,
+}
+
+/// GPT-2 base (124 M parameters).
+pub const GPT2_BASE: Gpt2Shape = Gpt2Shape {
+    name: "gpt2-base",
+    layers: 12,
+    width: 768,
+    heads: 12,
+};
+/// GPT-2 medium (355 M parameters).
+pub const GPT2_MEDIUM: Gpt2Shape = Gpt2Shape {
+    name: "gpt2-medium",
+    layers: 24,
+    width: 1024,
+    heads: 16,
+};
+/// GPT-2 large (774 M parameters).
+pub const GPT2_LARGE: Gpt2Shape = Gpt2Shape {
+    name: "gpt2-large",
+    layers: 36,
+    width: 1280,
+    heads: 20,
+};
+
+/// GPT-2's vocabulary size.
+pub const VOCAB: usize = 50257;
+/// GPT-2's context length.
+pub const POSITIONS: usize = 1024;
+
+/// A deterministic uniform value in [−1, 1) (SplitMix64).
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
+/// Uniform weights with GPT-2's standard deviation 0.02 (uniform on ±0.02·√3).
+fn matrix(rows: usize, cols: usize, state: &mut u64) -> Array2<f64> {
+    let s = 0.02 * 3f64.sqrt();
+    Array2::from_shape_fn((rows, cols), |_| s * uniform(state))
+}
+
+fn ln(d: usize) -> LayerNormWeights {
+    LayerNormWeights {
+        gamma: Array1::ones(d),
+        beta: Array1::zeros(d),
+    }
+}
+
+/// `shape` with its first `layers` blocks, weights drawn with GPT-2's initialisation scale
+/// from a fixed seed (the same weights on every call).
+pub fn random_gpt2(shape: Gpt2Shape, layers: usize) -> (Gpt2Config, Gpt2Weights) {
+    let (d, v, p, inner) = (shape.width, VOCAB, POSITIONS, 4 * shape.width);
+    let cfg = Gpt2Config {
+        n_layer: layers,
+        n_embd: d,
+        n_head: shape.heads,
+        n_inner: inner,
+        n_positions: p,
+        vocab_size: v,
+        layer_norm_epsilon: 1e-5,
+        activation: Activation::GeluTanh,
+    };
+    let mut st = 2024u64;
+    let blocks = (0..layers)
+        .map(|_| Gpt2Block {
+            ln_1: ln(d),
+            attn_w: matrix(d, 3 * d, &mut st),
+            attn_b: Array1::zeros(3 * d),
+            proj_w: matrix(d, d, &mut st),
+            proj_b: Array1::zeros(d),
+            ln_2: ln(d),
+            fc_w: matrix(d, inner, &mut st),
+            fc_b: Array1::zeros(inner),
+            fc_proj_w: matrix(inner, d, &mut st),
+            fc_proj_b: Array1::zeros(d),
+        })
+        .collect();
+    let w = Gpt2Weights {
+        wte: matrix(v, d, &mut st),
+        wpe: matrix(p, d, &mut st) * 0.5,
+        blocks,
+        ln_f: ln(d),
+        lm_head: None,
+    };
+    (cfg, w)
+}
+
+/// Peak resident set size of this process in bytes (Linux `VmHWM`), if known.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,189 @@
+//! Pins the communication of secure GPT-2 at the base shape (width 768, 12 heads, MLP
+//! 3072, 32 prompt tokens → 1, reveal-logits mode, default settings): one block, and the
+//! whole 12-layer, 50257-token forward, in exact payload bytes per party and rounds.
+//!
+//! The whole forward needs ~8 GB and ~30 s in release, too heavy for a test. Its costs are
+//! exact sums, though: every block sees the same shapes (32 rows, no cache), so it costs the
+//! same, and the only vocabulary-sized parts (the client's one-hot input, the embedding
+//! product, the LM head and the reveal) are linear in the vocabulary V within a residue
+//! class of V mod 24 (role blocks split n into thirds, narrow messages are packed to whole
+//! bytes every 8 elements). So three small runs at base width determine it:
+//! c(L, V) = c(1, 25) + (L − 1)·block + (V − 25)/24·vocab, with block = c(2, 25) − c(1, 25)
+//! and vocab = c(1, 49) − c(1, 25) (25 ≡ 49 ≡ 50257 mod 24). The composed figure for L = 12,
+//! V = 50257 equals what `cargo run --release -p puma-examples --bin gpt2_base` measures
+//! on the real shape (BENCHMARKS.md), so a regression in any protocol, in the block's
+//! schedule or in the vocabulary-sized tail fails here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::sync::Arc;
+
+use ndarray::{Array1, Array2};
+use puma_core::PartyId;
+use puma_core::sim::Sim;
+use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
+use puma_layers::config::{Activation, Gpt2Config};
+use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+
+const WIDTH: usize = 768;
+const HEADS: usize = 12;
+const PROMPT: usize = 32;
+const BASE_LAYERS: u64 = 12;
+const BASE_VOCAB: u64 = 50257;
+
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
+fn matrix(rows: usize, cols: usize, st: &mut u64) -> Array2<f64> {
+    let s = 0.02 * 3f64.sqrt();
+    Array2::from_shape_fn((rows, cols), |_| s * uniform(st))
+}
+
+fn ln(d: usize) -> LayerNormWeights {
+    LayerNormWeights {
+        gamma: Array1::ones(d),
+        beta: Array1::zeros(d),
+    }
+}
+
+/// A base-width GPT-2 with `layers` blocks and vocabulary `vocab`, GPT-2's weight scale.
+fn model(layers: usize, vocab: usize) -> (Gpt2Config, Gpt2Weights) {
+    let (d, inner, p) = (WIDTH, 4 * WIDTH, PROMPT + 1);
+    let cfg = Gpt2Config {
+        n_layer: layers,
+        n_embd: d,
+        n_head: HEADS,
+        n_inner: inner,
+        n_positions: p,
+        vocab_size: vocab,
+        layer_norm_epsilon: 1e-5,
+        activation: Activation::GeluTanh,
+    };
+    let mut st = 7u64;
+    let blocks = (0..layers)
+        .map(|_| Gpt2Block {
+            ln_1: ln(d),
+            attn_w: matrix(d, 3 * d, &mut st),
+            attn_b: Array1::zeros(3 * d),
+            proj_w: matrix(d, d, &mut st),
+            proj_b: Array1::zeros(d),
+            ln_2: ln(d),
+            fc_w: matrix(d, inner, &mut st),
+            fc_b: Array1::zeros(inner),
+            fc_proj_w: matrix(inner, d, &mut st),
+            fc_proj_b: Array1::zeros(d),
+        })
+        .collect();
+    let w = Gpt2Weights {
+        wte: matrix(vocab, d, &mut st),
+        wpe: matrix(p, d, &mut st) * 0.5,
+        blocks,
+        ln_f: ln(d),
+        lm_head: None,
+    };
+    (cfg, w)
+}
+
+/// Inference costs of a 32 → 1 run: payload bytes per party and epochs of the step, plus
+/// the client's per-layer-kind bytes.
+struct Cost {
+    bytes: [u64; 3],
+    epochs: u32,
+    kinds: Vec<(&'static str, u64, u32)>,
+}
+
+fn run(layers: usize, vocab: usize) -> Cost {
+    let m = Arc::new(model(layers, vocab));
+    let prompt: Vec<u32> = (0..PROMPT as u32)
+        .map(|i| (i * 7 + 3) % vocab as u32)
+        .collect();
+    let out = Sim::new(9).run(move |me| {
+        let m = m.clone();
+        let prompt = prompt.clone();
+        move |mut ctx| async move {
+            let (cfg, w) = &*m;
+            let shared =
+                SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
+            generate(
+                &mut ctx,
+                &shared,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&prompt[..]),
+                PROMPT,
+                1,
+                OutputMode::RevealLogits,
+                &SecureSettings::default(),
+                None,
+            )
+            .await
+        }
+    });
+    let g = out.into_results().unwrap();
+    assert_eq!(g[0].ids.len(), 1);
+    let epochs = g[0].step_costs[0].1;
+    assert!(
+        g.iter()
+            .all(|x| x.step_costs.len() == 1 && x.step_costs[0].1 == epochs)
+    );
+    Cost {
+        bytes: [0, 1, 2].map(|i| g[i].step_costs[0].0),
+        epochs,
+        kinds: g[0].costs.entries.clone(),
+    }
+}
+
+#[test]
+fn base_shaped_block_and_forward_costs_are_pinned() {
+    let one = run(1, 25);
+    let two = run(2, 25);
+    let wide = run(1, 49);
+    let block: [u64; 3] = [0, 1, 2].map(|i| two.bytes[i] - one.bytes[i]);
+    let block_epochs = two.epochs - one.epochs;
+    let vocab: [u64; 3] = [0, 1, 2].map(|i| wide.bytes[i] - one.bytes[i]);
+    assert_eq!(
+        wide.epochs, one.epochs,
+        "rounds do not depend on the vocabulary"
+    );
+    let steps = (BASE_VOCAB - 25) / 24;
+    let base: [u64; 3] =
+        [0, 1, 2].map(|i| one.bytes[i] + (BASE_LAYERS - 1) * block[i] + steps * vocab[i]);
+    let base_epochs = one.epochs + (BASE_LAYERS as u32 - 1) * block_epochs;
+    println!("one block: {block:?} bytes per party, {block_epochs} epochs");
+    println!("per 24 vocabulary entries: {vocab:?} bytes per party");
+    println!(
+        "GPT-2 base 32 -> 1: {base:?} bytes per party ({} total), {base_epochs} epochs",
+        base.iter().sum::<u64>()
+    );
+    println!("one layer, V = 25, at the client: {:?}", one.kinds);
+
+    // One block at base width, 32 tokens, per party.
+    assert_eq!(block, [21_044_404, 21_042_586, 21_044_424]);
+    assert_eq!(block_epochs, 107);
+    // Per-layer kinds of one block at the client (bytes, epochs).
+    let kind = |c: &Cost, k: &str| c.kinds.iter().find(|e| e.0 == k).map(|e| (e.1, e.2));
+    let per_block = |k: &str| {
+        let (b2, e2) = kind(&two, k).unwrap();
+        let (b1, e1) = kind(&one, k).unwrap();
+        (b2 - b1, e2 - e1)
+    };
+    // Closed forms (bytes per party, exact here since every count is divisible by 24):
+    // the precise GeLU 3200 bits per element on 32 × 3072 (10 rounds); the four linear
+    // layers and the two attention products 300 bits per output element with the
+    // truncation fused into the reshare (2 rounds each): 32·(3·768 + 768 + 3072 + 768)
+    // and 12·32·(32 + 64) outputs; LayerNorm 2 × 19 rounds, softmax 47 (Taylor2, t = 8).
+    assert_eq!(per_block("gelu"), (3200 * 32 * 3072 / 24, 10));
+    assert_eq!(per_block("linear"), (300 * 32 * (5 * 768 + 3072) / 24, 8));
+    assert_eq!(per_block("attention matmul"), (300 * 12 * 32 * 96 / 24, 4));
+    assert_eq!(per_block("layernorm"), (2_113_924, 38));
+    assert_eq!(per_block("softmax"), (2_597_680, 47));
+    // The whole base-shaped forward (the step's payload bytes per party and epochs, as
+    // `gpt2_base` reports them).
+    assert_eq!(base, [266_257_134, 253_770_637, 253_390_676]);
+    assert_eq!(base_epochs, 1308);
+}
