@@ -2,9 +2,10 @@
 //! random weights (GPT-2's initialisation scale), 32 prompt tokens → 1 new token (and
 //! optionally more, to measure the KV cache), three parties in one process.
 //!
-//! `cargo run --release -p puma-examples --bin gpt2_base [-- --new-tokens N --layers L]`
+//! `cargo run --release -p puma-examples --bin gpt2_base [-- --new-tokens N --layers L --lan]`
 //! prints wall time, bytes per party, rounds, the per-step costs and the peak resident
-//! memory of the process (all three parties together).
+//! memory of the process (all three parties together). `--lan` puts a simulated 5 Gbit/s,
+//! 1 ms round-trip network between the parties (`puma_transports::mem::Shape::LAN`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,17 +18,22 @@ use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate
 fn main() -> ExitCode {
     let mut new_tokens = 1usize;
     let mut layers = 12usize;
+    let mut shape = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--lan" {
+            shape = Some(puma_transports::mem::Shape::LAN);
+            continue;
+        }
         let Some(v) = args.next().and_then(|v| v.parse::<usize>().ok()) else {
-            eprintln!("usage: gpt2_base [--new-tokens N] [--layers L]");
+            eprintln!("usage: gpt2_base [--new-tokens N] [--layers L] [--lan]");
             return ExitCode::from(2);
         };
         match flag.as_str() {
             "--new-tokens" => new_tokens = v.max(1),
             "--layers" => layers = v.max(1),
             _ => {
-                eprintln!("usage: gpt2_base [--new-tokens N] [--layers L]");
+                eprintln!("usage: gpt2_base [--new-tokens N] [--layers L] [--lan]");
                 return ExitCode::from(2);
             }
         }
@@ -41,7 +47,8 @@ fn main() -> ExitCode {
     let prompt: Vec<u32> = (0..32u32).map(|i| (i * 1543 + 17) % 50257).collect();
     let settings = SecureSettings::default();
     let start = Instant::now();
-    let out = puma_transports::mem::run3(Config::new(7), 11, |me| {
+    let timeout = std::time::Duration::from_secs(600);
+    let out = puma_transports::mem::run3_shaped(Config::new(7), 11, timeout, shape, |me| {
         let model = model.clone();
         let prompt = prompt.clone();
         move |mut ctx| async move {
@@ -51,6 +58,7 @@ fn main() -> ExitCode {
                 .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
+            let t = Instant::now();
             let g = generate(
                 &mut ctx,
                 &m,
@@ -63,17 +71,17 @@ fn main() -> ExitCode {
                 None,
             )
             .await?;
-            Ok((g, share_secs, share_bytes))
+            Ok((g, share_secs, share_bytes, t.elapsed().as_secs_f64()))
         }
     });
     let secs = start.elapsed().as_secs_f64();
     let mut ok = true;
     for (i, r) in out.results.iter().enumerate() {
         match r {
-            Ok((g, share_secs, share_bytes)) => {
+            Ok((g, share_secs, share_bytes, infer_secs)) => {
                 let s = &out.stats[i];
                 println!(
-                    "P{i}: sent {:.1} MB payload ({:.1} MB sharing the model in {share_secs:.1} s); steps (bytes, epochs): {:?}",
+                    "P{i}: sent {:.1} MB payload ({:.1} MB sharing the model in {share_secs:.1} s; generation {infer_secs:.2} s); steps (bytes, epochs): {:?}",
                     s.payload_bytes_total() as f64 / 1e6,
                     *share_bytes as f64 / 1e6,
                     g.step_costs
