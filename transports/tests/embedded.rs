@@ -178,6 +178,46 @@ fn the_same_run_as_in_memory_over_small_pipes() {
     assert!(mem_stats[0].frames_sent.iter().sum::<u64>() >= 6);
 }
 
+/// P0 runs the `no_std` loop of `puma-embedded`, P1 and P2 the std driver, all over the
+/// same byte pipes: the wire formats agree and the run is the in-memory one.
+#[test]
+fn a_no_std_party_and_two_std_parties_share_the_pipes() {
+    let m = mem::run3(cfg(), 4, protocol);
+    let mem_stats = m.stats.clone();
+    let want = m.into_results().unwrap();
+    let entropy = mem::entropy_from_seed(4);
+    let got: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = links(cfg().max_frame_len)
+            .into_iter()
+            .zip(PartyId::ALL)
+            .map(|(link, p)| {
+                let e = entropy[p.index()];
+                s.spawn(move || {
+                    let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
+                    let r = if p == PartyId::P0 {
+                        puma_embedded::run(&mut session, &mut link.into_inner(), 20_000).unwrap()
+                    } else {
+                        let mut link = link;
+                        drive(&mut session, &mut link, Duration::from_secs(20)).unwrap()
+                    };
+                    (r, session.stats())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (p, (r, st)) in got.iter().enumerate() {
+        assert_eq!(r, &want[p], "P{p} result");
+        assert_eq!(st.bytes_sent, mem_stats[p].bytes_sent, "P{p}");
+        assert_eq!(st.rounds, mem_stats[p].rounds, "P{p}");
+    }
+}
+
+#[test]
+fn the_std_link_uses_the_tcp_framing() {
+    assert_eq!(puma_embedded::LEN_PREFIX, puma_transports::net::LEN_PREFIX);
+}
+
 #[test]
 fn an_oversized_length_prefix_is_refused() {
     let [mut l0, mut l1, _l2] = links(1024);

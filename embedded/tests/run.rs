@@ -1,0 +1,398 @@
+//! The no_std run loop, exercised on std over in-memory pipes with 4 KiB buffers: the
+//! same results, bytes and rounds as the simulator, and every failure a typed error
+//! naming the peer.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use embedded_io::{ErrorKind as IoKind, ErrorType, Read, ReadReady, Write, WriteReady};
+use puma_core::sim::Sim;
+use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, proto};
+use puma_embedded::{Clock, Error, Event, StreamLink, run};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+/// One direction of a pipe: a bounded byte queue and whether the writer is gone.
+#[derive(Default)]
+struct Queue {
+    bytes: VecDeque<u8>,
+    closed: bool,
+    /// The reader is gone: writes fail, as on a socket whose peer has closed.
+    reader_gone: bool,
+}
+
+/// One end of a bidirectional in-memory pipe holding at most `CAP` bytes per direction,
+/// so that large frames need back-pressure.
+struct End {
+    rx: Arc<Mutex<Queue>>,
+    tx: Arc<Mutex<Queue>>,
+}
+
+const CAP: usize = 4096;
+
+fn pipe() -> (End, End) {
+    let (a, b) = (Arc::default(), Arc::default());
+    (
+        End {
+            rx: Arc::clone(&a),
+            tx: Arc::clone(&b),
+        },
+        End { rx: b, tx: a },
+    )
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap().closed = true;
+        self.rx.lock().unwrap().reader_gone = true;
+    }
+}
+
+#[derive(Debug)]
+struct PipeError;
+
+impl embedded_io::Error for PipeError {
+    fn kind(&self) -> IoKind {
+        IoKind::BrokenPipe
+    }
+}
+
+impl ErrorType for End {
+    type Error = PipeError;
+}
+
+impl Read for End {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, PipeError> {
+        loop {
+            let mut q = self.rx.lock().unwrap();
+            if !q.bytes.is_empty() || q.closed || buf.is_empty() {
+                let n = buf.len().min(q.bytes.len());
+                for (b, x) in buf.iter_mut().zip(q.bytes.drain(..n)) {
+                    *b = x;
+                }
+                return Ok(n);
+            }
+            drop(q);
+            thread::yield_now();
+        }
+    }
+}
+
+impl ReadReady for End {
+    fn read_ready(&mut self) -> Result<bool, PipeError> {
+        let q = self.rx.lock().unwrap();
+        Ok(!q.bytes.is_empty() || q.closed)
+    }
+}
+
+impl Write for End {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, PipeError> {
+        let mut q = self.tx.lock().unwrap();
+        if q.reader_gone {
+            return Err(PipeError);
+        }
+        let n = buf.len().min(CAP - q.bytes.len());
+        q.bytes.extend(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> Result<(), PipeError> {
+        Ok(())
+    }
+}
+
+impl WriteReady for End {
+    fn write_ready(&mut self) -> Result<bool, PipeError> {
+        let q = self.tx.lock().unwrap();
+        Ok(q.bytes.len() < CAP || q.reader_gone)
+    }
+}
+
+/// The host clock of these tests: std's, with a yield as the idle hook.
+struct TestClock(Instant);
+
+impl Clock for TestClock {
+    fn now_ms(&mut self) -> u64 {
+        self.0.elapsed().as_millis() as u64
+    }
+
+    fn idle(&mut self) {
+        thread::yield_now();
+    }
+}
+
+fn clock() -> TestClock {
+    TestClock(Instant::now())
+}
+
+type Link = StreamLink<End, TestClock>;
+
+/// Three links joined by pipes: P0–P1, P1–P2, P2–P0.
+fn links(max: usize) -> [Link; 3] {
+    let (a01, a10) = pipe();
+    let (a12, a21) = pipe();
+    let (a20, a02) = pipe();
+    let mk = |me, next, prev| StreamLink::new(me, next, prev, clock()).with_max_frame_len(max);
+    [
+        mk(PartyId::P0, a01, a02),
+        mk(PartyId::P1, a12, a10),
+        mk(PartyId::P2, a20, a21),
+    ]
+}
+
+const N: usize = 2_000;
+
+fn cfg() -> Config {
+    let mut c = Config::new(11);
+    c.max_frame_len = 16 << 10;
+    c
+}
+
+type BoxedRun =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u64>, puma_core::Error>> + Send>>;
+
+fn xs() -> Vec<f64> {
+    (0..N).map(|i| i as f64 * 0.01 - 10.0).collect()
+}
+
+/// P0 shares `xs`, the parties square it and reveal the squares to all.
+fn protocol(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static {
+    move |mut ctx| {
+        Box::pin(async move {
+            let fx = FixedPoint::default();
+            let xs: Vec<u64> = xs().iter().map(|&x| fx.encode(x).unwrap()).collect();
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&xs[..]),
+                N,
+            )
+            .await?;
+            let y = proto::mul_fixed(&mut ctx, &x, &x).await?;
+            proto::reveal_all(&mut ctx, &y).await
+        })
+    }
+}
+
+/// The entropy `Sim::new(seed)` gives each party.
+fn sim_entropy(seed: u64) -> [[u8; 32]; 3] {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = [[0u8; 32]; 3];
+    for e in &mut out {
+        rng.fill_bytes(e);
+    }
+    out
+}
+
+#[test]
+fn three_parties_over_small_pipes_match_the_simulator() {
+    let sim = Sim::new(5).with_config(cfg()).run(protocol);
+    let sim_stats = sim.stats.clone();
+    let want = sim.into_results().unwrap();
+    let entropy = sim_entropy(5);
+    let got: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = links(cfg().max_frame_len)
+            .into_iter()
+            .zip(PartyId::ALL)
+            .map(|(mut link, p)| {
+                let e = entropy[p.index()];
+                s.spawn(move || {
+                    let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
+                    let r = run(&mut session, &mut link, 20_000).unwrap();
+                    (r, session.stats())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let fx = FixedPoint::default();
+    for (i, x) in xs().iter().enumerate() {
+        assert!((fx.decode(want[0][i]) - x * x).abs() < 1e-3, "x[{i}]");
+    }
+    for (p, (r, st)) in got.iter().enumerate() {
+        assert_eq!(r, &want[p], "P{p} result");
+        assert_eq!(st.bytes_sent, sim_stats[p].bytes_sent, "P{p}");
+        assert_eq!(st.frames_sent, sim_stats[p].frames_sent, "P{p}");
+        assert_eq!(st.rounds, sim_stats[p].rounds, "P{p}");
+    }
+    // Records of 16 000 bytes went through 4 KiB pipes in 16 KiB frames.
+    assert!(sim_stats[0].frames_sent.iter().sum::<u64>() >= 2);
+}
+
+#[test]
+fn frames_are_a_little_endian_length_then_the_bytes() {
+    let (a, mut b) = pipe();
+    let (c, _d) = pipe();
+    let mut link = StreamLink::new(PartyId::P0, a, c, clock());
+    link.send(PartyId::P1, &[9, 8, 7]).unwrap();
+    link.send(PartyId::P1, &[]).unwrap();
+    let mut buf = [0u8; 16];
+    let n = b.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &[3, 0, 0, 0, 9, 8, 7, 0, 0, 0, 0]);
+    // And back: whole frames, the empty one included.
+    b.write(&[2, 0, 0, 0, 5, 6, 0, 0, 0, 0]).unwrap();
+    assert_eq!(
+        link.recv(1000).unwrap(),
+        Event::Frame {
+            from: PartyId::P1,
+            bytes: vec![5, 6]
+        }
+    );
+    assert_eq!(
+        link.recv(1000).unwrap(),
+        Event::Frame {
+            from: PartyId::P1,
+            bytes: vec![]
+        }
+    );
+    assert_eq!(link.recv(10).unwrap(), Event::TimedOut);
+}
+
+#[test]
+fn an_oversized_length_is_refused_before_allocating() {
+    let (a, mut raw) = pipe();
+    let (c, _d) = pipe();
+    let mut link = StreamLink::new(PartyId::P1, c, a, clock()).with_max_frame_len(1024);
+    // 4 GiB - 1 announced: refused from the prefix alone.
+    raw.write(&u32::MAX.to_le_bytes()).unwrap();
+    let e = link.recv(1000).unwrap_err();
+    assert_eq!(
+        e,
+        Error::Oversized {
+            peer: PartyId::P0,
+            len: u32::MAX as u64,
+            max: 1024
+        }
+    );
+    assert_eq!(e.peer(), Some(PartyId::P0));
+}
+
+#[test]
+fn a_stream_ending_mid_frame_is_reported_as_truncated() {
+    let (a, mut raw) = pipe();
+    let (c, _d) = pipe();
+    let mut link = StreamLink::new(PartyId::P1, c, a, clock());
+    raw.write(&[1, 0, 0, 0, 42, 10, 0, 0, 0, 1, 2]).unwrap();
+    drop(raw);
+    assert_eq!(
+        link.recv(1000).unwrap(),
+        Event::Frame {
+            from: PartyId::P0,
+            bytes: vec![42]
+        }
+    );
+    assert_eq!(
+        link.recv(1000).unwrap(),
+        Event::Closed {
+            peer: PartyId::P0,
+            truncated: true
+        }
+    );
+    assert_eq!(link.recv(10).unwrap(), Event::TimedOut);
+}
+
+/// P1 and P2 run the protocol; P0 sends P1 half a frame and goes away, and never
+/// answers P2.
+#[test]
+fn a_needed_peer_that_dies_mid_frame_fails_the_run_naming_it() {
+    let (a01, a10) = pipe();
+    let (a12, a21) = pipe();
+    let (a20, mut a02) = pipe();
+    // P0 completes the setup round with P2 (its seed), then says nothing more to P2.
+    let mut p0 = Session::new(cfg(), PartyId::P0, [0; 32], protocol(PartyId::P0)).unwrap();
+    match p0.poll_output() {
+        puma_core::Output::Transmit(t) if t.to == PartyId::P2 => {
+            let bytes = t.frame.into_bytes();
+            a02.write(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            a02.write(&bytes).unwrap();
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut raw = a01;
+    raw.write(&[100, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(raw);
+    let errs: Vec<Error> = thread::scope(|s| {
+        let hs: Vec<_> = [
+            (PartyId::P1, StreamLink::new(PartyId::P1, a12, a10, clock())),
+            (PartyId::P2, StreamLink::new(PartyId::P2, a20, a21, clock())),
+        ]
+        .into_iter()
+        .map(|(p, mut link)| {
+            s.spawn(move || {
+                let mut session =
+                    Session::new(cfg(), p, [p.index() as u8; 32], protocol(p)).unwrap();
+                run(&mut session, &mut link, 5_000).unwrap_err()
+            })
+        })
+        .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(errs[0], Error::Truncated { peer: PartyId::P0 });
+    // P1 gave up first and told P2.
+    assert!(
+        matches!(errs[1], Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
+        "{:?}",
+        errs[1]
+    );
+}
+
+#[test]
+fn a_silent_peer_times_out_naming_the_peer_waited_for() {
+    let (a12, _raw21) = pipe();
+    let (a10, _raw01) = pipe();
+    let mut link = StreamLink::new(PartyId::P1, a12, a10, clock());
+    let mut session = Session::new(cfg(), PartyId::P1, [1; 32], protocol(PartyId::P1)).unwrap();
+    let start = Instant::now();
+    let e = run(&mut session, &mut link, 200).unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // The setup round waits for the seed of P1's successor.
+    assert!(
+        matches!(e, Error::Core(c) if c.kind() == ErrorKind::Timeout { waiting_for: PartyId::P2 }),
+        "{e:?}"
+    );
+    assert_eq!(e.peer(), Some(PartyId::P2));
+}
+
+#[test]
+fn a_peer_that_aborts_fails_the_others_naming_it() {
+    let entropy = sim_entropy(6);
+    let errs: Vec<Error> = thread::scope(|s| {
+        let hs: Vec<_> = links(cfg().max_frame_len)
+            .into_iter()
+            .zip(PartyId::ALL)
+            .map(|(mut link, p)| {
+                let e = entropy[p.index()];
+                s.spawn(move || {
+                    let make = move |ctx: puma_core::Ctx| -> BoxedRun {
+                        if p == PartyId::P0 {
+                            Box::pin(async move {
+                                drop(ctx);
+                                Err(puma_core::Error::misuse("P0 gives up"))
+                            })
+                        } else {
+                            protocol(p)(ctx)
+                        }
+                    };
+                    let mut session = Session::new(cfg(), p, e, make).unwrap();
+                    run(&mut session, &mut link, 5_000).unwrap_err()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        matches!(errs[0], Error::Core(c) if c.kind() == ErrorKind::Misuse),
+        "{:?}",
+        errs[0]
+    );
+    for e in &errs[1..] {
+        assert!(
+            matches!(e, Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P0 }),
+            "{e:?}"
+        );
+        assert_eq!(e.peer(), Some(PartyId::P0));
+    }
+}
