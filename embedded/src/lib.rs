@@ -12,6 +12,7 @@
 //! - [`run`]: the blocking run loop that drives a session over a [`StreamLink`] with an
 //!   idle timeout.
 //! - [`Error`]: every way a run fails, each naming the peer at fault where there is one.
+//! - `pipe` (feature `dev`): a bounded in-memory pipe with `embedded-io` ends, for tests.
 //!
 //! Everything runs on the caller's thread. A send writes only while the stream is ready
 //! ([`embedded_io::WriteReady`]) and otherwise reads what the peers have sent
@@ -56,6 +57,8 @@ extern crate alloc;
 mod clock;
 mod error;
 mod link;
+#[cfg(feature = "dev")]
+pub mod pipe;
 mod run;
 
 pub use clock::Clock;

@@ -2,103 +2,20 @@
 //! results as the threaded in-memory transport; an oversized frame is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use embedded_io::{ErrorKind as IoKind, ErrorType, Read, ReadReady, Write, WriteReady};
 use puma_core::{Config, FixedPoint, PartyId, Session, proto};
+use puma_embedded::pipe::End;
 use puma_transports::embedded::StreamLink;
 use puma_transports::{FrameError, Link, TransportError, drive, mem};
 
-/// One direction of a pipe: a bounded byte queue and whether the writer is gone.
-#[derive(Default)]
-struct Queue {
-    bytes: VecDeque<u8>,
-    closed: bool,
-}
-
-/// One end of a bidirectional in-memory pipe holding at most `CAP` bytes per direction,
-/// so that large frames need back-pressure.
-struct End {
-    rx: Arc<Mutex<Queue>>,
-    tx: Arc<Mutex<Queue>>,
-}
-
+/// Each direction of a pipe holds at most this many bytes, so large frames need
+/// back-pressure.
 const CAP: usize = 4096;
 
 fn pipe() -> (End, End) {
-    let (a, b) = (Arc::default(), Arc::default());
-    (
-        End {
-            rx: Arc::clone(&a),
-            tx: Arc::clone(&b),
-        },
-        End { rx: b, tx: a },
-    )
-}
-
-impl Drop for End {
-    fn drop(&mut self) {
-        self.tx.lock().unwrap().closed = true;
-    }
-}
-
-#[derive(Debug)]
-struct PipeError;
-
-impl embedded_io::Error for PipeError {
-    fn kind(&self) -> IoKind {
-        IoKind::BrokenPipe
-    }
-}
-
-impl ErrorType for End {
-    type Error = PipeError;
-}
-
-impl Read for End {
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, PipeError> {
-        loop {
-            let mut q = self.rx.lock().unwrap();
-            if !q.bytes.is_empty() || q.closed || buf.is_empty() {
-                let n = buf.len().min(q.bytes.len());
-                for (b, x) in buf.iter_mut().zip(q.bytes.drain(..n)) {
-                    *b = x;
-                }
-                return Ok(n);
-            }
-            drop(q);
-            thread::yield_now();
-        }
-    }
-}
-
-impl ReadReady for End {
-    fn read_ready(&mut self) -> Result<bool, PipeError> {
-        let q = self.rx.lock().unwrap();
-        Ok(!q.bytes.is_empty() || q.closed)
-    }
-}
-
-impl Write for End {
-    fn write(&mut self, buf: &[u8]) -> Result<usize, PipeError> {
-        let mut q = self.tx.lock().unwrap();
-        let n = buf.len().min(CAP - q.bytes.len());
-        q.bytes.extend(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> Result<(), PipeError> {
-        Ok(())
-    }
-}
-
-impl WriteReady for End {
-    fn write_ready(&mut self) -> Result<bool, PipeError> {
-        Ok(self.tx.lock().unwrap().bytes.len() < CAP)
-    }
+    puma_embedded::pipe::pipe(CAP)
 }
 
 /// Three links joined by pipes: P0–P1, P1–P2, P2–P0.
