@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use puma_core::{Config, PartyId};
 use puma_examples::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
-use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+use puma_layers::gpt2::secure::{
+    Observer, OutputMode, Progress, SecureSettings, SharedGpt2, generate,
+};
 
 fn main() -> ExitCode {
     let mut new_tokens = 1usize;
@@ -48,9 +50,12 @@ fn main() -> ExitCode {
     let settings = SecureSettings::default();
     let start = Instant::now();
     let timeout = std::time::Duration::from_secs(600);
+    // When each generation step ended at the client, in seconds since its generation began.
+    let step_ends: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
     let out = puma_transports::mem::run3_shaped(Config::new(7), 11, timeout, shape, |me| {
         let model = model.clone();
         let prompt = prompt.clone();
+        let step_ends = step_ends.clone();
         move |mut ctx| async move {
             let (cfg, w) = &*model;
             let t = Instant::now();
@@ -59,6 +64,15 @@ fn main() -> ExitCode {
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
             let t = Instant::now();
+            let observer: Option<Observer> = (me == PartyId::P0).then(|| {
+                Arc::new(move |ev: Progress| {
+                    if let Progress::Step { .. } = ev
+                        && let Ok(mut ends) = step_ends.lock()
+                    {
+                        ends.push(t.elapsed().as_secs_f64());
+                    }
+                }) as Observer
+            });
             let g = generate(
                 &mut ctx,
                 &m,
@@ -68,7 +82,7 @@ fn main() -> ExitCode {
                 new_tokens,
                 OutputMode::RevealLogits,
                 &settings,
-                None,
+                observer,
             )
             .await?;
             Ok((g, share_secs, share_bytes, t.elapsed().as_secs_f64()))
@@ -98,6 +112,20 @@ fn main() -> ExitCode {
                 ok = false;
             }
         }
+    }
+    if let Ok(ends) = step_ends.lock() {
+        let steps: Vec<String> = ends
+            .iter()
+            .scan(0.0, |prev, &end| {
+                let d = end - *prev;
+                *prev = end;
+                Some(format!("{d:.2} s"))
+            })
+            .collect();
+        println!(
+            "client's step times (prompt step first): {}",
+            steps.join(", ")
+        );
     }
     let rounds = out.stats.iter().map(|s| s.rounds).max().unwrap_or(0);
     let total: u64 = out.stats.iter().map(|s| s.payload_bytes_total()).sum();
