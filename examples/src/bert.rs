@@ -10,7 +10,8 @@
 //!
 //! [`run_secure`] is the whole orchestration; the `bert` binary and the integration tests
 //! call it. [`synthetic_model`] builds random weights of a given shape (for cost
-//! measurements of shapes such as Bert-Base without downloading them).
+//! measurements of shapes such as Bert-Base without downloading them); [`BERT_BASE`] and
+//! [`BERT_LARGE`] are the published shapes and [`synthetic_ids`] a fixed input.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,8 +24,11 @@ use puma_layers::bert::secure::{
     BatchShape, BertHeads, Outputs, Revealed, SecureSettings, SharedBert, run,
 };
 use puma_layers::bert::weights::Linear;
-use puma_layers::bert::{BertBatch, BertConfig, BertError, BertLayer, BertWeights, PlainBert};
+use puma_layers::bert::{
+    BertBatch, BertConfig, BertError, BertFlavor, BertLayer, BertWeights, PlainBert,
+};
 use puma_layers::checkpoint::LayerNormWeights;
+use puma_layers::config::Activation;
 use puma_transports::{TransportError, mem};
 
 /// The client: holds the sentences and learns the output.
@@ -83,6 +87,79 @@ pub fn load_model(dir: &Path) -> Result<LoadedBert, BertRunError> {
     }
     let (config, weights) = puma_layers::bert::load_bert(dir)?;
     Ok(LoadedBert { config, weights })
+}
+
+/// A published BERT shape (uncased WordPiece vocabulary of 30522, 512 positions, 2 token
+/// types, erf GeLU), for synthetic models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BertShape {
+    /// Name, e.g. `bert-base`.
+    pub name: &'static str,
+    /// Encoder layers.
+    pub layers: usize,
+    /// Width of the residual stream.
+    pub width: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Width of the MLP's inner layer.
+    pub intermediate: usize,
+}
+
+/// Bert-Base (110 M parameters).
+pub const BERT_BASE: BertShape = BertShape {
+    name: "bert-base",
+    layers: 12,
+    width: 768,
+    heads: 12,
+    intermediate: 3072,
+};
+
+/// Bert-Large (340 M parameters).
+pub const BERT_LARGE: BertShape = BertShape {
+    name: "bert-large",
+    layers: 24,
+    width: 1024,
+    heads: 16,
+    intermediate: 4096,
+};
+
+impl BertShape {
+    /// The published shapes.
+    pub const ALL: [BertShape; 2] = [BERT_BASE, BERT_LARGE];
+
+    /// The shape called `name` (`bert-base` or `bert-large`).
+    pub fn by_name(name: &str) -> Option<BertShape> {
+        Self::ALL.into_iter().find(|s| s.name == name)
+    }
+
+    /// The configuration of this shape with its first `layers` layers.
+    pub fn config(&self, layers: usize) -> BertConfig {
+        BertConfig {
+            flavor: BertFlavor::Bert,
+            vocab_size: 30522,
+            hidden_size: self.width,
+            num_hidden_layers: layers,
+            num_attention_heads: self.heads,
+            intermediate_size: self.intermediate,
+            activation: Activation::GeluErf,
+            max_position_embeddings: 512,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+            pad_token_id: 0,
+        }
+    }
+}
+
+/// Token ids of one synthetic sequence of `tokens` tokens: `[CLS] w w … [SEP]` in the
+/// uncased BERT vocabulary (the values do not change the costs).
+pub fn synthetic_ids(tokens: usize) -> Vec<u32> {
+    (0..tokens)
+        .map(|i| match i {
+            0 => 101,
+            i if i + 1 == tokens => 102,
+            i => 1000 + (i % 29_000) as u32,
+        })
+        .collect()
 }
 
 /// Random weights of the shape `config` says (normal-ish values of scale 0.05, LayerNorm

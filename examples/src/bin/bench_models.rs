@@ -21,17 +21,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use puma_core::{Config, PartyId};
+use puma_examples::bert::{BERT_BASE, BERT_LARGE, BertShape, synthetic_ids, synthetic_model};
 use puma_examples::random_gpt2::{
     GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
 };
+use puma_layers::bert::BertBatch;
+use puma_layers::bert::secure::{self as bert_secure, BatchShape, BertHeads, SharedBert};
 use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
 use serde_json::json;
 
 /// Prompt tokens, as in PUMA's GPT-2 table.
 const PROMPT: usize = 32;
 
-/// The layer kinds of the breakdown, in display order.
-const KINDS: [&str; 9] = [
+/// Tokens of the one BERT sequence, as in PUMA's BERT table.
+const BERT_TOKENS: usize = 128;
+
+/// The layer kinds of GPT-2's breakdown, in display order.
+const GPT2_KINDS: [&str; 9] = [
     "input",
     "embedding",
     "layernorm",
@@ -42,6 +48,115 @@ const KINDS: [&str; 9] = [
     "lm head",
     "output",
 ];
+
+/// The layer kinds of BERT's breakdown (those `puma_layers::bert::secure::run` reports),
+/// in display order.
+const BERT_KINDS: [&str; 10] = [
+    "input",
+    "embedding",
+    "layernorm",
+    "linear",
+    "attention matmul",
+    "softmax",
+    "gelu",
+    "pooler and classifier",
+    "mean pooling",
+    "output",
+];
+
+/// A configuration of the suite: a GPT-2 shape (32 → 1 tokens) or a BERT shape (one
+/// sequence of 128 tokens, sentence embedding revealed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    Gpt2(Gpt2Shape),
+    Bert(BertShape),
+}
+
+impl Model {
+    /// Every configuration, in the suite's order.
+    const ALL: [Model; 5] = [
+        Model::Gpt2(GPT2_BASE),
+        Model::Gpt2(GPT2_MEDIUM),
+        Model::Gpt2(GPT2_LARGE),
+        Model::Bert(BERT_BASE),
+        Model::Bert(BERT_LARGE),
+    ];
+
+    /// The name `--models` takes.
+    fn arg(self) -> &'static str {
+        match self {
+            Model::Gpt2(s) => s.name.trim_start_matches("gpt2-"),
+            Model::Bert(s) => s.name,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Model::Gpt2(s) => s.name,
+            Model::Bert(s) => s.name,
+        }
+    }
+
+    fn layers(self) -> usize {
+        match self {
+            Model::Gpt2(s) => s.layers,
+            Model::Bert(s) => s.layers,
+        }
+    }
+
+    fn width(self) -> usize {
+        match self {
+            Model::Gpt2(s) => s.width,
+            Model::Bert(s) => s.width,
+        }
+    }
+
+    fn heads(self) -> usize {
+        match self {
+            Model::Gpt2(s) => s.heads,
+            Model::Bert(s) => s.heads,
+        }
+    }
+
+    fn kinds(self) -> &'static [&'static str] {
+        match self {
+            Model::Gpt2(_) => &GPT2_KINDS,
+            Model::Bert(_) => &BERT_KINDS,
+        }
+    }
+
+    /// Tokens in and out.
+    fn tokens(self) -> (usize, usize) {
+        match self {
+            Model::Gpt2(_) => (PROMPT, 1),
+            Model::Bert(_) => (BERT_TOKENS, 0),
+        }
+    }
+
+    /// Whether the whole model is run by default: only the shapes whose three parties fit
+    /// in one 24 GiB process with room to spare (GPT-2 base; medium's weights alone are
+    /// ~17 GB as three parties' shares, and a whole Bert-Base run, which would fit, takes
+    /// several minutes more than the scaled one).
+    fn whole_by_default(self) -> bool {
+        self == Model::Gpt2(GPT2_BASE)
+    }
+
+    /// The larger layer count measured for scaling (the smaller is 1).
+    fn probe(self) -> usize {
+        match self {
+            Model::Gpt2(_) => 3,
+            Model::Bert(_) => 2,
+        }
+    }
+
+    /// Runs the first `layers` layers.
+    fn run(self, layers: usize) -> Result<Figures, String> {
+        match self {
+            Model::Gpt2(s) => run(s, layers),
+            Model::Bert(s) => run_bert(s, layers),
+        }
+    }
+}
 
 /// Figures of one run (or one scaled combination of runs).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -165,7 +280,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
         baseline_rss,
         peak_rss: peak_rss().unwrap_or(0) as f64,
         session_rounds: f64::from(out.rounds()),
-        breakdown: vec![(0.0, 0.0); KINDS.len()],
+        breakdown: vec![(0.0, 0.0); GPT2_KINDS.len()],
         ..Figures::default()
     };
     let (mut all_shared, mut all_done) = (start, start);
@@ -182,7 +297,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
         let epochs: u32 = g.step_costs.iter().map(|&(_, e)| e).sum();
         fig.infer_rounds = fig.infer_rounds.max(f64::from(epochs));
         for (kind, bytes, epochs) in &g.costs.entries {
-            if let Some(k) = KINDS.iter().position(|k| k == kind) {
+            if let Some(k) = GPT2_KINDS.iter().position(|k| k == kind) {
                 fig.breakdown[k].0 += *bytes as f64;
                 if i == 0 {
                     fig.breakdown[k].1 += f64::from(*epochs);
@@ -194,11 +309,101 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
     Ok(fig)
 }
 
-fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
+/// Runs `shape` with its first `layers` layers on one sequence of [`BERT_TOKENS`] tokens,
+/// as the `bert` binary does with `--synthetic`: P1 owns the model (seeded random weights
+/// with pooler and a 2-label head, both shared but not evaluated), P0 is the client and
+/// learns the mean-pooled, normalised sentence embedding; default settings (precise GeLU,
+/// softmax exponential with 8 squarings).
+fn run_bert(shape: BertShape, layers: usize) -> Result<Figures, String> {
+    let model = Arc::new(synthetic_model(shape.config(layers), 2, 2024));
+    let baseline_rss = rss().unwrap_or(0) as f64;
+    let batch = Arc::new(BertBatch::single(&synthetic_ids(BERT_TOKENS)));
+    let batch_shape = BatchShape::of(&batch);
+    let heads = BertHeads::of(&model.weights);
+    let settings = bert_secure::SecureSettings::default();
+    let outputs = bert_secure::Outputs {
+        embeddings: true,
+        ..bert_secure::Outputs::default()
+    };
+    let start = Instant::now();
+    let out = puma_transports::mem::run3(Config::new(7), 11, |me| {
+        let (model, batch, batch_shape) = (model.clone(), batch.clone(), batch_shape.clone());
+        move |mut ctx| async move {
+            let cpu0 = thread_cpu_secs().unwrap_or(0.0);
+            let t = Instant::now();
+            let w = (me == PartyId::P1).then_some(&model.weights);
+            let m = SharedBert::share(&mut ctx, PartyId::P1, &model.config, heads, w).await?;
+            let share_secs = t.elapsed().as_secs_f64();
+            let shared = ctx.meter();
+            let shared_at = Instant::now();
+            let cpu1 = thread_cpu_secs().unwrap_or(0.0);
+            let input = (me == PartyId::P0).then_some(&*batch);
+            let r = bert_secure::run(
+                &mut ctx,
+                &m,
+                PartyId::P0,
+                input,
+                &batch_shape,
+                outputs,
+                &settings,
+            )
+            .await?;
+            let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
+            let epochs = ctx.meter().epoch - shared.epoch;
+            let done_at = Instant::now();
+            Ok((
+                r.costs,
+                share_secs,
+                shared.payload_bytes_sent,
+                shared_at,
+                done_at,
+                cpu,
+                epochs,
+            ))
+        }
+    });
+    let wall_secs = start.elapsed().as_secs_f64();
+    let mut fig = Figures {
+        wall_secs,
+        baseline_rss,
+        peak_rss: peak_rss().unwrap_or(0) as f64,
+        session_rounds: f64::from(out.rounds()),
+        breakdown: vec![(0.0, 0.0); BERT_KINDS.len()],
+        ..Figures::default()
+    };
+    let (mut all_shared, mut all_done) = (start, start);
+    for (i, r) in out.results.iter().enumerate() {
+        let (costs, share_secs, share_bytes, shared_at, done_at, (share_cpu, infer_cpu), epochs) =
+            r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
+        fig.share_cpu_secs += share_cpu;
+        fig.infer_cpu_secs += infer_cpu;
+        fig.share_secs = fig.share_secs.max(*share_secs);
+        all_shared = all_shared.max(*shared_at);
+        all_done = all_done.max(*done_at);
+        fig.share_bytes[i] = *share_bytes as f64;
+        fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - share_bytes) as f64;
+        fig.infer_rounds = fig.infer_rounds.max(f64::from(*epochs));
+        for (kind, bytes, epochs) in costs {
+            let Some(k) = BERT_KINDS.iter().position(|k| k == kind) else {
+                return Err(format!("unknown BERT layer kind {kind:?}"));
+            };
+            fig.breakdown[k].0 += *bytes as f64;
+            if i == 0 {
+                fig.breakdown[k].1 += f64::from(*epochs);
+            }
+        }
+    }
+    fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
+    Ok(fig)
+}
+
+fn report(model: Model, method: &str, scaled: bool, fig: &Figures, as_json: bool) {
     let total_infer: f64 = fig.infer_bytes.iter().sum();
     let per_party_rss = (fig.peak_rss - fig.baseline_rss) / 3.0;
+    let (tokens_in, tokens_out) = model.tokens();
     if as_json {
-        let breakdown: serde_json::Map<String, serde_json::Value> = KINDS
+        let breakdown: serde_json::Map<String, serde_json::Value> = model
+            .kinds()
             .iter()
             .zip(&fig.breakdown)
             .map(|(k, (b, e))| {
@@ -209,13 +414,25 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
             })
             .collect();
         let obj = json!({
-            "model": shape.name,
-            "layers": shape.layers,
-            "width": shape.width,
-            "heads": shape.heads,
-            "tokens_in": PROMPT,
-            "tokens_out": 1,
+            "model": model.name(),
+            "layers": model.layers(),
+            "width": model.width(),
+            "heads": model.heads(),
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "output": match model {
+                Model::Gpt2(_) => "logits of the next token",
+                Model::Bert(_) => "sentence embedding",
+            },
             "method": method,
+            "scaled": scaled,
+            "estimated": if scaled {
+                json!(["seconds", "cpu_seconds", "share_cpu_seconds", "share_seconds",
+                       "wall_seconds", "peak_rss_bytes", "baseline_rss_bytes",
+                       "peak_rss_per_party_bytes"])
+            } else {
+                json!([])
+            },
             "seconds": fig.infer_secs,
             "cpu_seconds": fig.infer_cpu_secs,
             "share_cpu_seconds": fig.share_cpu_secs,
@@ -234,9 +451,16 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
         println!("{obj}");
         return;
     }
+    let tokens = match model {
+        Model::Gpt2(_) => format!("{tokens_in} → {tokens_out} tokens"),
+        Model::Bert(_) => format!("{tokens_in} tokens → sentence embedding"),
+    };
     println!(
-        "== {} ({} layers, width {}, {} heads), {PROMPT} → 1 tokens; {method}",
-        shape.name, shape.layers, shape.width, shape.heads
+        "== {} ({} layers, width {}, {} heads), {tokens}; {method}",
+        model.name(),
+        model.layers(),
+        model.width(),
+        model.heads()
     );
     println!(
         "  inference {:.2} s (last party shared → last party done); model sharing {:.2} s (slowest party); whole run {:.2} s",
@@ -265,10 +489,10 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
         fig.baseline_rss / 1e9,
         per_party_rss / 1e9
     );
-    for (k, (b, e)) in KINDS.iter().zip(&fig.breakdown) {
+    for (k, (b, e)) in model.kinds().iter().zip(&fig.breakdown) {
         if *b > 0.0 || *e > 0.0 {
             println!(
-                "    {k:<18} {:>10.2} MB (3 parties) {:>6.0} epochs",
+                "    {k:<22} {:>10.2} MB (3 parties) {:>6.0} epochs",
                 b / 1e6,
                 e
             );
@@ -277,15 +501,17 @@ fn report(shape: Gpt2Shape, method: &str, fig: &Figures, as_json: bool) {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: bench_models [--models base,medium,large] [--whole | --scaled] [--json]");
+    eprintln!(
+        "usage: bench_models [--models base,medium,large,bert-base,bert-large] [--whole | --scaled] [--json]"
+    );
     ExitCode::from(2)
 }
 
-/// Runs `shape` with `layers` blocks in a fresh child process and reads its figures.
-fn run_child(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
+/// Runs `model` with `layers` layers in a fresh child process and reads its figures.
+fn run_child(model: Model, layers: usize) -> Result<Figures, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
-        .args(["--single", shape.name, &layers.to_string()])
+        .args(["--single", model.name(), &layers.to_string()])
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
@@ -296,13 +522,14 @@ fn run_child(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
 
 /// The child side of [`run_child`]: prints one run's figures as JSON.
 fn single(name: &str, layers: &str) -> ExitCode {
-    let shape = [GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE]
-        .into_iter()
-        .find(|s| s.name == name);
-    let (Some(shape), Ok(layers)) = (shape, layers.parse::<usize>()) else {
+    let model = Model::ALL.into_iter().find(|m| m.name() == name);
+    let (Some(model), Ok(layers)) = (model, layers.parse::<usize>()) else {
         return usage();
     };
-    match run(shape, layers).and_then(|f| serde_json::to_string(&f).map_err(|e| e.to_string())) {
+    match model
+        .run(layers)
+        .and_then(|f| serde_json::to_string(&f).map_err(|e| e.to_string()))
+    {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS
@@ -315,7 +542,7 @@ fn single(name: &str, layers: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let mut shapes = vec![GPT2_BASE, GPT2_MEDIUM, GPT2_LARGE];
+    let mut models = Model::ALL.to_vec();
     let mut force: Option<bool> = None; // Some(true): whole; Some(false): scaled
     let mut as_json = false;
     let mut args = std::env::args().skip(1);
@@ -336,41 +563,41 @@ fn main() -> ExitCode {
                 };
                 let mut chosen = Vec::new();
                 for name in list.split(',') {
-                    match name {
-                        "base" => chosen.push(GPT2_BASE),
-                        "medium" => chosen.push(GPT2_MEDIUM),
-                        "large" => chosen.push(GPT2_LARGE),
-                        _ => return usage(),
-                    }
+                    let Some(m) = Model::ALL
+                        .into_iter()
+                        .find(|m| m.arg() == name || m.name() == name)
+                    else {
+                        return usage();
+                    };
+                    chosen.push(m);
                 }
-                shapes = chosen;
+                models = chosen;
             }
             _ => return usage(),
         }
     }
-    for shape in shapes {
-        // Only GPT-2 base fits whole: medium's weights alone are ~17 GB as three parties'
-        // shares.
-        let whole = force.unwrap_or(shape == GPT2_BASE);
+    for model in models {
+        let whole = force.unwrap_or(model.whole_by_default());
         let result = if whole {
-            run_child(shape, shape.layers).map(|f| (f, "whole run".to_owned()))
+            run_child(model, model.layers()).map(|f| (f, "whole run".to_owned()))
         } else {
-            run_child(shape, 1).and_then(|one| {
-                let three = run_child(shape, 3)?;
-                let t = (shape.layers - 1) as f64 / 2.0;
+            let probe = model.probe();
+            run_child(model, 1).and_then(|one| {
+                let more = run_child(model, probe)?;
+                let t = (model.layers() - 1) as f64 / (probe - 1) as f64;
                 Ok((
-                    one.extrapolate(&three, t),
+                    one.extrapolate(&more, t),
                     format!(
-                        "measured with 1 and 3 blocks, scaled to {} blocks",
-                        shape.layers
+                        "measured with 1 and {probe} layers, scaled to {} layers (bytes and rounds exact; time and memory estimated)",
+                        model.layers()
                     ),
                 ))
             })
         };
         match result {
-            Ok((fig, method)) => report(shape, &method, &fig, as_json),
+            Ok((fig, method)) => report(model, &method, !whole, &fig, as_json),
             Err(e) => {
-                eprintln!("{}: {e}", shape.name);
+                eprintln!("{}: {e}", model.name());
                 return ExitCode::FAILURE;
             }
         }

@@ -11,8 +11,13 @@
 //! cargo run --release -p puma-examples --bin bert -- --sentence "A man is eating food." \
 //!     --sentence "A man is eating a piece of bread." --json
 //! cargo run --release -p puma-examples --bin bert -- --model models/bert-tiny-random --task classify
-//! cargo run --release -p puma-examples --bin bert -- --synthetic-base 1 --tokens 128   # costs
+//! cargo run --release -p puma-examples --bin bert -- --synthetic bert-large --layers 2 --tokens 128
 //! ```
+//!
+//! `--synthetic bert-base|bert-large [--layers L]` runs a published shape with seeded
+//! random weights, for cost measurements (`--synthetic-base L` is the older spelling of
+//! `--synthetic bert-base --layers L`); the `bench_models` binary scales such runs to the
+//! whole model.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,12 +26,11 @@ use std::time::Instant;
 use clap::{CommandFactory, Parser, ValueEnum};
 use puma_core::proto::{ExpApprox, GeluFit};
 use puma_examples::bert::{
-    BertReport, LoadedBert, MINILM_DIR, PlainComparison, compare_plain, cosines, load_model,
-    run_secure, synthetic_model,
+    BERT_BASE, BERT_LARGE, BertReport, BertShape, LoadedBert, MINILM_DIR, PlainComparison,
+    compare_plain, cosines, load_model, run_secure, synthetic_ids, synthetic_model,
 };
+use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::{GeluApprox, Outputs, SecureSettings};
-use puma_layers::bert::{BertBatch, BertConfig, BertFlavor};
-use puma_layers::config::Activation;
 use puma_layers::wordpiece::WordPieceTokenizer;
 use serde_json::{Value, json};
 
@@ -50,6 +54,24 @@ enum Gelu {
     Puma,
 }
 
+/// A published shape for a synthetic model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Synthetic {
+    /// Bert-Base: 12 layers, width 768, 12 heads, MLP 3072.
+    BertBase,
+    /// Bert-Large: 24 layers, width 1024, 16 heads, MLP 4096.
+    BertLarge,
+}
+
+impl Synthetic {
+    fn shape(self) -> BertShape {
+        match self {
+            Synthetic::BertBase => BERT_BASE,
+            Synthetic::BertLarge => BERT_LARGE,
+        }
+    }
+}
+
 /// Secure three-party BERT / RoBERTa (PUMA-style replicated secret sharing).
 #[derive(Debug, Parser)]
 #[command(name = "bert", version)]
@@ -57,7 +79,7 @@ struct Args {
     /// A Hugging Face BERT / RoBERTa directory (config.json, model.safetensors, vocab.txt
     /// or tokenizer.json); default: all-MiniLM-L6-v2 in target/models/minilm-l6
     /// (`bash scripts/fetch-minilm.sh`).
-    #[arg(long, value_name = "DIR", conflicts_with = "synthetic_base")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["synthetic_base", "synthetic"])]
     model: Option<PathBuf>,
     /// A sentence (repeat for a batch; they are right-padded to the longest).
     #[arg(long = "sentence", value_name = "TEXT")]
@@ -74,8 +96,20 @@ struct Args {
     /// The GeLU approximation.
     #[arg(long, value_enum, default_value_t = Gelu::Precise)]
     gelu: Gelu,
-    /// Instead of a checkpoint, a Bert-Base-shaped model (width 768, 12 heads, inner 3072,
-    /// vocabulary 30522) with this many layers and random weights: for cost measurements.
+    /// Instead of a checkpoint, a model of this published shape (vocabulary 30522) with
+    /// seeded random weights: for cost measurements.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "SHAPE",
+        conflicts_with = "synthetic_base"
+    )]
+    synthetic: Option<Synthetic>,
+    /// Layers of the synthetic model (default: the shape's own count).
+    #[arg(long, value_name = "LAYERS", requires = "synthetic",
+          value_parser = clap::value_parser!(u64).range(1..=24))]
+    layers: Option<u64>,
+    /// The same as `--synthetic bert-base --layers LAYERS`.
     #[arg(long, value_name = "LAYERS", value_parser = clap::value_parser!(u64).range(1..=24))]
     synthetic_base: Option<u64>,
     /// Sequence length of the synthetic model's single input.
@@ -134,42 +168,26 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn base_config(layers: usize) -> BertConfig {
-    BertConfig {
-        flavor: BertFlavor::Bert,
-        vocab_size: 30522,
-        hidden_size: 768,
-        num_hidden_layers: layers,
-        num_attention_heads: 12,
-        intermediate_size: 3072,
-        activation: Activation::GeluErf,
-        max_position_embeddings: 512,
-        type_vocab_size: 2,
-        layer_norm_eps: 1e-12,
-        pad_token_id: 0,
-    }
-}
-
 fn run(args: &Args) -> Result<(), String> {
     let t_load = Instant::now();
-    let (model, model_name, texts, batch) = match args.synthetic_base {
-        Some(layers) => {
-            let cfg = base_config(usize::try_from(layers).map_err(|_| "too many layers")?);
-            let model = synthetic_model(cfg, 2, args.seed);
+    let synthetic = match (args.synthetic, args.synthetic_base) {
+        (Some(s), _) => Some((s.shape(), args.layers)),
+        (None, Some(layers)) => Some((BERT_BASE, Some(layers))),
+        (None, None) => None,
+    };
+    let (model, model_name, texts, batch) = match synthetic {
+        Some((shape, layers)) => {
+            let layers = match layers {
+                Some(l) => usize::try_from(l).map_err(|_| "too many layers")?,
+                None => shape.layers,
+            };
+            let model = synthetic_model(shape.config(layers), 2, args.seed);
             let n = usize::try_from(args.tokens).map_err(|_| "--tokens is too large")?;
-            // [CLS] w w … [SEP]: the values do not matter for the costs.
-            let ids: Vec<u32> = (0..n)
-                .map(|i| match i {
-                    0 => 101,
-                    i if i + 1 == n => 102,
-                    i => 1000 + i as u32,
-                })
-                .collect();
             (
                 model,
-                format!("synthetic Bert-Base shape, {layers} layers"),
+                format!("synthetic {} shape, {layers} layers", shape.name),
                 Vec::new(),
-                BertBatch::single(&ids),
+                BertBatch::single(&synthetic_ids(n)),
             )
         }
         None => {
