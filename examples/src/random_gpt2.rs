@@ -68,20 +68,26 @@ fn ln(d: usize) -> LayerNormWeights {
     }
 }
 
+/// The public configuration of `shape` with its first `layers` blocks (what the parties
+/// other than the model owner know of [`random_gpt2`]'s model).
+pub fn shape_config(shape: Gpt2Shape, layers: usize) -> Gpt2Config {
+    Gpt2Config {
+        n_layer: layers,
+        n_embd: shape.width,
+        n_head: shape.heads,
+        n_inner: 4 * shape.width,
+        n_positions: POSITIONS,
+        vocab_size: VOCAB,
+        layer_norm_epsilon: 1e-5,
+        activation: Activation::GeluTanh,
+    }
+}
+
 /// `shape` with its first `layers` blocks, weights drawn with GPT-2's initialisation scale
 /// from a fixed seed (the same weights on every call).
 pub fn random_gpt2(shape: Gpt2Shape, layers: usize) -> (Gpt2Config, Gpt2Weights) {
-    let (d, v, p, inner) = (shape.width, VOCAB, POSITIONS, 4 * shape.width);
-    let cfg = Gpt2Config {
-        n_layer: layers,
-        n_embd: d,
-        n_head: shape.heads,
-        n_inner: inner,
-        n_positions: p,
-        vocab_size: v,
-        layer_norm_epsilon: 1e-5,
-        activation: Activation::GeluTanh,
-    };
+    let cfg = shape_config(shape, layers);
+    let (d, v, p, inner) = (cfg.n_embd, cfg.vocab_size, cfg.n_positions, cfg.n_inner);
     let mut st = 2024u64;
     let blocks = (0..layers)
         .map(|_| Gpt2Block {
@@ -109,8 +115,18 @@ pub fn random_gpt2(shape: Gpt2Shape, layers: usize) -> (Gpt2Config, Gpt2Weights)
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), if known.
 pub fn peak_rss() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// Current resident set size of this process in bytes (Linux `VmRSS`), if known.
+pub fn current_rss() -> Option<u64> {
+    status_bytes("VmRSS:")
+}
+
+/// A `kB` field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }

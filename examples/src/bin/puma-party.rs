@@ -22,6 +22,9 @@ use clap::{Parser, ValueEnum};
 use puma_core::{Config, PartyId, Session};
 use puma_examples::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_examples::party::{Gpt2Job, PartiesConfig, PartyError, gpt2_protocol, resolve};
+use puma_examples::random_gpt2::{
+    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, current_rss, peak_rss, random_gpt2, shape_config,
+};
 use puma_layers::gpt2::secure::{Observer, Progress, SecureSettings};
 use puma_layers::{Gpt2Config, Gpt2Tokenizer};
 use puma_transports::loopback::Network;
@@ -36,6 +39,26 @@ enum Transport {
     Tcp,
     /// QUIC.
     Quic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RandomShape {
+    /// GPT-2 base: 12 layers, width 768 (124 M parameters).
+    Base,
+    /// GPT-2 medium: 24 layers, width 1024.
+    Medium,
+    /// GPT-2 large: 36 layers, width 1280.
+    Large,
+}
+
+impl RandomShape {
+    fn shape(self) -> Gpt2Shape {
+        match self {
+            RandomShape::Base => GPT2_BASE,
+            RandomShape::Medium => GPT2_MEDIUM,
+            RandomShape::Large => GPT2_LARGE,
+        }
+    }
 }
 
 /// One computing party of secure GPT-2 (P0 client, P1 model owner, P2 helper).
@@ -62,8 +85,16 @@ struct Args {
     timeout: Option<u64>,
     /// A Hugging Face GPT-2 directory; default: the embedded models/gpt2-shakespeare.
     /// All parties must use the same architecture; only the owner reads the weights.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "random_shape")]
     model: Option<PathBuf>,
+    /// Instead of a checkpoint: a published GPT-2 shape with seeded random weights (the
+    /// owner builds them; the others only take the shape), for measurements.
+    #[arg(long, value_enum, value_name = "SHAPE")]
+    random_shape: Option<RandomShape>,
+    /// With --random-shape: keep only the first N blocks.
+    #[arg(long, value_name = "N", requires = "random_shape",
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    layers: Option<u64>,
     /// The prompt (client only).
     #[arg(long, default_value = "ROMEO:", conflicts_with = "prompt_ids")]
     prompt: String,
@@ -121,7 +152,18 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         .model
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_DIR));
-    let (config, weights) = if me == OWNER {
+    let (config, weights) = if let Some(r) = args.random_shape {
+        let shape = r.shape();
+        let layers = args
+            .layers
+            .map_or(shape.layers, |l| usize::try_from(l).unwrap_or(shape.layers));
+        if me == OWNER {
+            let (c, w) = random_gpt2(shape, layers);
+            (c, Some(Arc::new(w)))
+        } else {
+            (shape_config(shape, layers), None)
+        }
+    } else if me == OWNER {
         let m = load_model(&dir).map_err(|e| PartyError::Model(e.to_string()))?;
         (m.config, Some(Arc::new(m.weights)))
     } else {
@@ -144,6 +186,9 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
             .check_ids(p, 0)
             .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
     }
+
+    // What this party holds before the protocol (the owner's plaintext model).
+    let loaded_rss = current_rss();
 
     // Bind, say where, connect.
     let listen = args
@@ -232,6 +277,10 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         stats.rounds,
         stats.bytes_total() + stats.setup_bytes_sent
     );
+    // Memory of this party alone (one party per process); `party_memory` reads this line.
+    if let (Some(peak), Some(loaded)) = (peak_rss(), loaded_rss) {
+        eprintln!("{me}: memory: peak RSS {peak} bytes, RSS before connecting {loaded} bytes");
+    }
     if let Some(tok) = tokenizer {
         // Only the client learns the output, and only after the whole session succeeded.
         let text = tok.decode(&ids).unwrap_or_else(|_| format!("{ids:?}"));
