@@ -1,20 +1,38 @@
-//! Secure inference benchmark on the shapes of PUMA's tables: GPT-2 base, medium and large,
-//! 32 prompt tokens → 1 generated token, seeded random weights, three parties in one process
-//! over the in-memory transport.
+//! Secure inference benchmark on the shapes of PUMA's tables, seeded random weights, three
+//! parties in one process over the in-memory transport:
 //!
-//! `cargo run --release -p puma-examples --bin bench_models -- [--models base,medium,large]
-//! [--whole | --scaled] [--json]`
+//! - GPT-2 base, medium and large (`base`, `medium`, `large`): 32 prompt tokens → 1
+//!   generated token, the next token's logits revealed to the client;
+//! - Bert-Base and Bert-Large (`bert-base`, `bert-large`): one sequence of 128 tokens, the
+//!   mean-pooled, normalised sentence embedding revealed to the client (as the `bert`
+//!   binary's `--synthetic` runs do).
 //!
-//! A configuration is either run whole (all blocks) or, by default for the shapes that do
-//! not fit in memory as three parties in one process (medium and large), measured with 1
-//! and 3 blocks and scaled by the block count: `f(L) = f(1) + (L − 1)·(f(3) − f(1))/2` for
-//! time, bytes, rounds, peak memory and every breakdown entry. Each output says which.
-//! Bytes and rounds are exact either way (every block costs the same); times and memory
-//! are measured. Every measured run is a fresh child process (this binary with `--single`),
-//! so that its peak resident set is its own.
+//! `cargo run --release -p puma-examples --bin bench_models -- [--models
+//! base,medium,large,bert-base,bert-large] [--whole | --scaled] [--json]`
 //!
-//! Bert-Base (128 tokens) is measured by the `bert` binary (`--synthetic-base L --tokens
-//! 128`); Bert-Large has no synthetic shape yet.
+//! The default is all five: 2 min 54 s on 2 cores at load average 7–8 from other jobs (23
+//! November), of which the two BERT shapes take about 100 s.
+//!
+//! A configuration is either run whole (all layers; the default for GPT-2 base only) or
+//! measured with 1 and P layers (P = 3 for GPT-2, 2 for BERT) and scaled by the layer
+//! count: `f(L) = f(1) + (L − 1)·(f(P) − f(1))/(P − 1)` for time, bytes, rounds, peak
+//! memory and every breakdown entry (floored at the larger measured value, so that noisy
+//! times cannot scale below it). Each output says which (`method`, and in JSON
+//! `scaled` and `estimated`, the fields that are estimates). Bytes and rounds are exact
+//! either way (every layer costs the same); scaled times and memory are estimates. GPT-2
+//! medium and large do not fit whole as three parties in one 24 GiB process; Bert-Large's
+//! estimated peak (14–18 GB in two scaled runs) leaves no margin on such a machine.
+//! Bert-Base fits (`--models bert-base --whole`: the same bytes and rounds, peak RSS 5.76
+//! GB against the scaled 5.79–5.84 GB) but takes about three times as long as its two
+//! scaled runs.
+//! Every measured run is a fresh child process (this binary with `--single NAME LAYERS`), so
+//! that its peak resident set is its own.
+//!
+//! Per configuration: inference wall time (last party shared the model → last party done),
+//! model sharing time, CPU seconds of the three party threads, payload bytes per party and
+//! in total (model sharing excluded, shown apart), rounds, peak RSS of the process and the
+//! RSS before the parties start, and bytes (three parties) and epochs (P0) per layer kind.
+//! `--json` prints one object per configuration.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -133,10 +151,11 @@ impl Model {
         }
     }
 
-    /// Whether the whole model is run by default: only the shapes whose three parties fit
-    /// in one 24 GiB process with room to spare (GPT-2 base; medium's weights alone are
-    /// ~17 GB as three parties' shares, and a whole Bert-Base run, which would fit, takes
-    /// several minutes more than the scaled one).
+    /// Whether the whole model is run by default: GPT-2 base only. GPT-2 medium's weights
+    /// alone are ~17 GB as three parties' shares, large's more; Bert-Large's estimated
+    /// peak (14–18 GB) leaves no margin in 24 GiB. A whole Bert-Base run fits (5.8 GB) but
+    /// takes about three times as long as the scaled pair and gives the same bytes and
+    /// rounds.
     fn whole_by_default(self) -> bool {
         self == Model::Gpt2(GPT2_BASE)
     }
@@ -190,9 +209,13 @@ struct Figures {
 }
 
 impl Figures {
-    /// `self + t·(other − self)`, entry by entry.
+    /// `self + t·(other − self)` (t ≥ 1), entry by entry, floored at the larger of the two
+    /// measured values: a model with more layers never costs less, but two wall times (or
+    /// peak RSS) measured on a loaded machine can come out in the wrong order, and their
+    /// difference scaled by `t` would then go below both (even negative). Bytes and rounds
+    /// grow with the layers, so the floor never changes them.
     fn extrapolate(&self, other: &Figures, t: f64) -> Figures {
-        let f = |a: f64, b: f64| a + t * (b - a);
+        let f = |a: f64, b: f64| (a + t * (b - a)).max(a).max(b);
         let f3 = |a: [f64; 3], b: [f64; 3]| [f(a[0], b[0]), f(a[1], b[1]), f(a[2], b[2])];
         Figures {
             wall_secs: f(self.wall_secs, other.wall_secs),
