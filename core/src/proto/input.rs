@@ -110,6 +110,144 @@ pub async fn share_input_parts(
     }
 }
 
+/// [`share_input_parts`] with the owner's record streamed in chunks of `chunk_words` words,
+/// one chunk per round, and the owner's vectors taken one at a time from an iterator.
+///
+/// Same mask (one draw, one stream), same masked words in the same order and so the same
+/// payload bytes as [`share_input_parts`]: the record is cut at every `chunk_words` words of
+/// the concatenation, and chunk `k` travels in round `k`. No party holds more than one chunk
+/// of the message: the owner masks each vector in place as the iterator yields it (so it
+/// may encode it just then, and drop its plaintext), and the receiver copies each chunk into
+/// its pieces. Before chunk `k + 1` the owner waits for an empty record from the receiver
+/// sent in round `k`, which bounds how far the owner runs ahead. With
+/// `chunk_words ≥ Σ sizes` it is exactly [`share_input_parts`] (one record, one round).
+///
+/// Rounds: `K = max(1, ⌈Σ sizes / chunk_words⌉)`. Bytes: 8·Σ sizes from the owner, 0 from
+/// the others (plus `K − 1` empty records from the owner's previous party).
+///
+/// # Errors
+/// `Misuse` if `chunk_words` is 0, the owner passes no values, the iterator yields an error,
+/// a vector whose length is not its size, or more or fewer vectors than `sizes`, or
+/// another party passes values; `Protocol` if a chunk is malformed.
+pub async fn share_input_streamed<I>(
+    ctx: &mut Ctx,
+    owner: PartyId,
+    values: Option<I>,
+    sizes: &[usize],
+    chunk_words: usize,
+) -> Result<Vec<Shares>, Error>
+where
+    I: IntoIterator<Item = Result<Vec<u64>, Error>>,
+{
+    if chunk_words == 0 {
+        return Err(Error::misuse("chunks must hold at least one word"));
+    }
+    let total = sizes
+        .iter()
+        .try_fold(0usize, |acc, &n| acc.checked_add(n))
+        .ok_or(Error::misuse("input length overflows"))?;
+    let chunks = total.div_ceil(chunk_words).max(1);
+    let mut ctx = ctx.fork();
+    let me = ctx.me();
+    let masks = ctx.pair_random_parts(owner.next(), sizes)?;
+    match (me == owner, values) {
+        (true, Some(vs)) => {
+            let fs = masks.ok_or(Error::bug("owner lacks its input mask"))?;
+            let mut vs = vs.into_iter();
+            let mut cs = Vec::with_capacity(sizes.len());
+            let mut chunk = Vec::with_capacity(total.min(chunk_words));
+            let mut sent = 0;
+            for (&n, f) in sizes.iter().zip(&fs) {
+                let mut v = vs
+                    .next()
+                    .ok_or(Error::misuse("the input owner passed too few vectors"))??;
+                if v.len() != n {
+                    return Err(Error::misuse(
+                        "the input owner must pass one vector of each given size",
+                    ));
+                }
+                for (x, m) in v.iter_mut().zip(f) {
+                    *x = x.wrapping_sub(*m);
+                }
+                let mut rest: &[u64] = &v;
+                while !rest.is_empty() {
+                    let take = (chunk_words - chunk.len()).min(rest.len());
+                    let (head, tail) = rest.split_at(take);
+                    chunk.extend_from_slice(head);
+                    rest = tail;
+                    if chunk.len() == chunk_words {
+                        ctx.send(me.prev(), &chunk, Width::W64)?;
+                        chunk.clear();
+                        sent += 1;
+                        if sent < chunks {
+                            ctx.recv(me.prev(), 0, Width::W64).await?;
+                        }
+                    }
+                }
+                cs.push(v);
+            }
+            if vs.next().is_some() {
+                return Err(Error::misuse("the input owner passed too many vectors"));
+            }
+            if sent < chunks {
+                ctx.send(me.prev(), &chunk, Width::W64)?;
+            }
+            Ok(cs
+                .into_iter()
+                .zip(fs)
+                .map(|(c, f)| Shares::from_parts(me, c, f))
+                .collect())
+        }
+        (true, None) => Err(Error::misuse(
+            "the input owner must pass one vector of each given size",
+        )),
+        (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
+        (false, None) if me == owner.next() => {
+            let fs = masks.ok_or(Error::bug("next party lacks the input mask"))?;
+            Ok(fs
+                .into_iter()
+                .zip(sizes)
+                .map(|(f, &n)| Shares::from_parts(me, f, alloc::vec![0; n]))
+                .collect())
+        }
+        (false, None) => {
+            let mut cs: Vec<Vec<u64>> = Vec::with_capacity(sizes.len());
+            let mut piece = 0;
+            for k in 0..chunks {
+                if k + 1 < chunks {
+                    ctx.send(owner, &[], Width::W64)?;
+                }
+                let len = chunk_words.min(total - k * chunk_words);
+                let words = ctx.recv(owner, len, Width::W64).await?;
+                let mut rest: &[u64] = &words;
+                while !rest.is_empty() {
+                    let n = *sizes
+                        .get(piece)
+                        .ok_or(Error::bug("chunks overrun the sizes"))?;
+                    if cs.len() == piece {
+                        cs.push(Vec::with_capacity(n));
+                    }
+                    let c = cs.last_mut().ok_or(Error::bug("no piece to fill"))?;
+                    let take = (n - c.len()).min(rest.len());
+                    let (head, tail) = rest.split_at(take);
+                    c.extend_from_slice(head);
+                    rest = tail;
+                    if c.len() == n {
+                        piece += 1;
+                    }
+                }
+            }
+            // Empty pieces take no words of any chunk.
+            cs.resize_with(sizes.len(), Vec::new);
+            Ok(cs
+                .into_iter()
+                .zip(sizes)
+                .map(|(c, &n)| Shares::from_parts(me, alloc::vec![0; n], c))
+                .collect())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,9 +260,20 @@ mod tests {
     type FrameLog = Vec<(PartyId, PartyId, Vec<u8>)>;
     type Frames = Rc<RefCell<FrameLog>>;
 
-    /// Runs `share_input` of the concatenation (`split = false`) or `share_input_parts`,
-    /// then reveals every piece; returns the revealed pieces, the frames and the rounds.
-    fn run(parts: &[Vec<u64>], split: bool) -> (Vec<Vec<u64>>, FrameLog, u32) {
+    /// How [`run`] shares the pieces.
+    #[derive(Clone, Copy)]
+    enum Mode {
+        /// `share_input` of the concatenation, sliced.
+        Concat,
+        /// `share_input_parts`.
+        Parts,
+        /// `share_input_streamed` with chunks of this many words.
+        Streamed(usize),
+    }
+
+    /// Runs one sharing of `parts` owned by P1, then reveals every piece; returns the
+    /// revealed pieces, the frames and the rounds.
+    fn run(parts: &[Vec<u64>], mode: Mode) -> (Vec<Vec<u64>>, FrameLog, u32, [u64; 3]) {
         let frames: Frames = Rc::default();
         let log = frames.clone();
         let mut sim = Sim::new(5).with_fault(move |f| {
@@ -138,19 +287,24 @@ mod tests {
             move |mut ctx| async move {
                 let owner = PartyId::P1;
                 let mine = (me == owner).then_some(parts);
-                let shares = if split {
-                    share_input_parts(&mut ctx, owner, mine, &sizes).await?
-                } else {
-                    let flat = mine.map(|p| p.concat());
-                    let n = sizes.iter().sum();
-                    let all = share_input(&mut ctx, owner, flat.as_deref(), n).await?;
-                    let mut at = 0;
-                    let mut pieces = Vec::new();
-                    for &n in &sizes {
-                        pieces.push(all.slice(at..at + n)?);
-                        at += n;
+                let shares = match mode {
+                    Mode::Parts => share_input_parts(&mut ctx, owner, mine, &sizes).await?,
+                    Mode::Streamed(chunk) => {
+                        let mine = mine.map(|p| p.into_iter().map(Ok));
+                        share_input_streamed(&mut ctx, owner, mine, &sizes, chunk).await?
                     }
-                    pieces
+                    Mode::Concat => {
+                        let flat = mine.map(|p| p.concat());
+                        let n = sizes.iter().sum();
+                        let all = share_input(&mut ctx, owner, flat.as_deref(), n).await?;
+                        let mut at = 0;
+                        let mut pieces = Vec::new();
+                        for &n in &sizes {
+                            pieces.push(all.slice(at..at + n)?);
+                            at += n;
+                        }
+                        pieces
+                    }
                 };
                 let mut revealed = Vec::new();
                 for s in &shares {
@@ -160,11 +314,12 @@ mod tests {
             }
         });
         let rounds = out.rounds();
+        let bytes = out.payload_bytes();
         let [a, b, c] = out.into_results().unwrap();
         assert_eq!(a, b);
         assert_eq!(b, c);
         let frames = frames.borrow().clone();
-        (a, frames, rounds)
+        (a, frames, rounds, bytes)
     }
 
     #[test]
@@ -177,12 +332,75 @@ mod tests {
             vec![u64::MAX, 7],
             (0..300u64).collect::<Vec<u64>>(),
         ];
-        let (a, fa, ra) = run(&parts, false);
-        let (b, fb, rb) = run(&parts, true);
+        let (a, fa, ra, _) = run(&parts, Mode::Concat);
+        let (b, fb, rb, _) = run(&parts, Mode::Parts);
         assert_eq!(a, parts);
         assert_eq!(b, parts);
         assert_eq!(ra, rb);
         assert_eq!(fa, fb);
+        // One chunk is the same protocol, frame for frame.
+        let (c, fc, rc, _) = run(&parts, Mode::Streamed(307));
+        assert_eq!(c, parts);
+        assert_eq!(rc, rb);
+        assert_eq!(fc, fb);
+    }
+
+    #[test]
+    fn streamed_chunks_share_the_same_values_one_chunk_per_round() {
+        let parts = vec![
+            (0..5u64)
+                .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                .collect(),
+            vec![],
+            vec![u64::MAX, 7],
+            (0..300u64).collect::<Vec<u64>>(),
+            vec![],
+            vec![1u64 << 63; 10],
+            vec![],
+        ];
+        let (one, _, r_one, b_one) = run(&parts, Mode::Parts);
+        // 317 words: chunks of 7 words (46 rounds), of 100 (4) and of 317 exactly (1).
+        for (chunk, rounds) in [(7usize, 46u32), (100, 4), (317, 1)] {
+            let (got, _, r, bytes) = run(&parts, Mode::Streamed(chunk));
+            assert_eq!(got, parts, "chunk {chunk}");
+            assert_eq!(got, one);
+            assert_eq!(r, r_one - 1 + rounds, "chunk {chunk}");
+            // The same payload bytes from every party: the receiver's records are empty.
+            assert_eq!(bytes, b_one, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn streamed_rejects_bad_owner_input() {
+        let cases: Vec<(Vec<Result<Vec<u64>, Error>>, &str)> = vec![
+            (vec![Ok(vec![1, 2]), Ok(vec![3])], "wrong length"),
+            (vec![Ok(vec![1, 2])], "too few"),
+            (
+                vec![Ok(vec![1, 2]), Ok(vec![3, 4]), Ok(vec![5])],
+                "too many",
+            ),
+            (
+                vec![Ok(vec![1, 2]), Err(Error::misuse("does not fit"))],
+                "iterator error",
+            ),
+        ];
+        for (values, what) in cases {
+            let values = RefCell::new(Some(values));
+            let out = Sim::new(2).run(|me| {
+                let mine = values.borrow_mut().take().filter(|_| me == PartyId::P0);
+                move |mut ctx| async move {
+                    share_input_streamed(&mut ctx, PartyId::P0, mine, &[2, 2], 1).await
+                }
+            });
+            assert!(out.results[0].is_err(), "{what}");
+        }
+        let zero = Sim::new(3).run(|me| {
+            move |mut ctx| async move {
+                let mine = (me == PartyId::P0).then(|| vec![Ok(vec![1u64])]);
+                share_input_streamed(&mut ctx, PartyId::P0, mine, &[1], 0).await
+            }
+        });
+        assert!(zero.results.iter().all(Result::is_err));
     }
 
     #[test]
