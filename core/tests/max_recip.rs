@@ -229,9 +229,11 @@ fn max_costs_are_pinned() {
 
 #[test]
 fn vocabulary_argmax_by_hybrid_tournament() {
-    // One row of GPT-2's 50257 logits (|logit| < 2^20), default method: 11 tournament
-    // levels bring 50257 down to 25, then all pairs of 25. In Z_2^41: R_LT = 7, so
-    // 11·9 + 7 + 5 + 2 = 113 rounds.
+    // One row of GPT-2's 50257 logits (|logit| < 2^20). In Z_2^41: R_LT = 7.
+    // Hybrid { 32 }: 11 tournament levels bring 50257 down to 25, then all pairs of 25:
+    // 11·9 + 7 + 5 + 2 = 113 rounds. The default (budget 2^16 comparisons): 9 levels down
+    // to 99, then all pairs of 99: 9·9 + 7 + 7 + 2 = 97 rounds, 50158 + 4851 = 55009
+    // comparisons instead of 50232 + 300 = 50532.
     let fx = FixedPoint::default();
     let n = 50_257usize;
     let mut vals: Vec<u64> = (0..n as u64)
@@ -246,20 +248,84 @@ fn vocabulary_argmax_by_hybrid_tournament() {
     vals[40_000] = top;
     vals[7] = fx.encode(123.25).unwrap();
     let w = Width::new(41).unwrap();
-    let (opened, out) = run_on(9, vals.clone(), move |mut ctx, x| async move {
-        let (m, o) = proto::argmax_rows(&mut ctx, &x, 1, n, w).await?;
-        Ok(vec![m, o])
-    });
-    check_argmax(&vals, 1, n, &opened[0], &opened[1]);
-    assert_eq!(opened[1][31_000], 1);
-    assert_eq!(out.rounds(), 2 + 113);
-    // Minus the input (8n from P0) and the re-randomisation (8n each): the argmax alone
-    // sends [3209926, 3209845, 3210017] bytes, 9.63 MB in total.
     let n8 = 8 * n as u64;
-    assert_eq!(
-        out.payload_bytes(),
-        [3_209_926 + 2 * n8, 3_209_845 + n8, 3_210_017 + n8]
-    );
+    for (method, rounds, bytes) in [
+        (
+            MaxMethod::Hybrid { all_pairs_max: 32 },
+            113,
+            [3_209_926, 3_209_845, 3_210_017],
+        ),
+        (MaxMethod::default(), 97, [3_298_027, 3_298_022, 3_298_146]),
+    ] {
+        let (opened, out) = run_on(9, vals.clone(), move |mut ctx, x| async move {
+            let (m, o) = proto::argmax_rows_with(&mut ctx, &x, 1, n, w, method).await?;
+            Ok(vec![m, o])
+        });
+        check_argmax(&vals, 1, n, &opened[0], &opened[1]);
+        assert_eq!(opened[1][31_000], 1);
+        assert_eq!(out.rounds(), 2 + rounds, "{method:?}");
+        // Minus the input (8n from P0) and the re-randomisation (8n each): the argmax
+        // alone sends `bytes` (Hybrid { 32 }: 9.63 MB in total; the default 9.89 MB).
+        let b = out.payload_bytes();
+        println!(
+            "{method:?}: argmax bytes {:?}",
+            [b[0] - 2 * n8, b[1] - n8, b[2] - n8]
+        );
+        assert_eq!(b, [bytes[0] + 2 * n8, bytes[1] + n8, bytes[2] + n8]);
+    }
+}
+
+#[test]
+fn default_max_takes_all_pairs_over_a_cached_step_within_the_budget() {
+    // A KV-cached step: one query row per head (12) over n keys. All pairs while
+    // 12·n(n−1)/2 ≤ 2^16 (n ≤ 105): the rounds of all pairs, R_LT + ⌈log2(n−1)⌉ + 2 in
+    // Z_2^32, instead of the tournament levels of Hybrid { 32 }.
+    let w32 = Width::new(32).unwrap();
+    for (n, rounds, hybrid_rounds) in [(33usize, 13u32, 20u32), (65, 14, 28), (105, 15, 29)] {
+        let rows = 12;
+        let vals: Vec<u64> = (0..(rows * n) as u64)
+            .map(|i| ((pseudo(i, 3 + n as u64) as i64) >> 34) as u64)
+            .collect();
+        let (opened, out) = run_on(n as u64, vals.clone(), move |mut ctx, x| async move {
+            let m = proto::max_rows(&mut ctx, &x, rows, n, w32).await?;
+            Ok(vec![m])
+        });
+        for r in 0..rows {
+            let want = vals[r * n..(r + 1) * n]
+                .iter()
+                .map(|&v| v as i64)
+                .max()
+                .unwrap();
+            assert_eq!(opened[0][r] as i64, want, "n = {n}, row {r}");
+        }
+        assert_eq!(out.rounds(), 2 + rounds, "n = {n}");
+        let hybrid = costs(rows * n, move |mut ctx, x| async move {
+            let h = MaxMethod::Hybrid { all_pairs_max: 32 };
+            Ok(vec![
+                proto::max_rows_with(&mut ctx, &x, rows, n, w32, h).await?,
+            ])
+        });
+        assert_eq!(hybrid.rounds(), hybrid_rounds, "n = {n}");
+        // Bytes: 12 rows of n(n−1)/2 comparisons of 414 bits, AND trees, B2A and sums.
+        let all = costs(rows * n, move |mut ctx, x| async move {
+            Ok(vec![proto::max_rows(&mut ctx, &x, rows, n, w32).await?])
+        });
+        let bits = 8 * all.payload_bytes().iter().sum::<u64>();
+        let m = n as u64;
+        let formula = 12 * (m * (m - 1) / 2 * 414 + 3 * (m - 1) * (m - 2) + 384 * (m - 1) + 192);
+        println!("n = {n}: all pairs {bits} bits (formula {formula})");
+        assert!(
+            bits >= formula && bits < formula + 8 * 200,
+            "n = {n}: {bits} vs {formula}"
+        );
+    }
+    // One more key than the budget allows: 12·106·105/2 = 66780 > 2^16, so the default
+    // halves once (rows of 53, all pairs): 8 + 6 + 6 + 2 = 22 rounds, not Hybrid { 32 }'s
+    // 2·8 + 6 + 5 + 2 = 29.
+    let out = costs(12 * 106, move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, 12, 106, w32).await?])
+    });
+    assert_eq!(out.rounds(), 22);
 }
 
 /// Log-uniform inputs over [2^−10, 2^20] (raw 2^8 … 2^38) plus edges: powers of two,

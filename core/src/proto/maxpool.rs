@@ -28,8 +28,9 @@ use crate::share::{BitShares, Shares};
 
 use super::{and, b2a, msb, reshare};
 
-/// Rows up to this length use all-pairs comparisons under [`MaxMethod::default`]; longer
-/// rows are first halved by tournament levels until at most this many elements remain.
+/// Rows up to this length use all-pairs comparisons under [`MaxMethod::default`] whatever
+/// the comparison count; longer rows are halved by tournament levels unless the whole
+/// call fits [`MaxMethod::DEFAULT_COMPARISON_BUDGET`].
 pub const DEFAULT_ALL_PAIRS_MAX: usize = 32;
 
 /// How [`max_rows_with`] and [`argmax_rows_with`] reduce a row.
@@ -42,9 +43,19 @@ pub const DEFAULT_ALL_PAIRS_MAX: usize = 32;
 /// | `AllPairs` | R_LT + ⌈log2(n−1)⌉ + 2 | n(n−1)/2 |
 /// | `Tournament` | ⌈log2 n⌉·(R_LT + 2) | n − 1 |
 /// | `Hybrid { all_pairs_max: k }` | L·(R_LT + 2) + R_LT + ⌈log2(m−1)⌉ + 2 | (n − m) + m(m−1)/2 |
+/// | `Budgeted { all_pairs_max: k, comparisons: B }` | `Hybrid`'s, threshold below | `Hybrid`'s |
 ///
 /// where, for the hybrid, L is the number of halvings that bring n down to m ≤ k
-/// (L = 0 and m = n when n ≤ k).
+/// (L = 0 and m = n when n ≤ k), and the rounds and comparisons of a call are those of its
+/// longest row (rounds) and the sum over its rows (comparisons).
+///
+/// **`Budgeted`'s threshold**: with n_max the longest row of the call and L_k the levels
+/// that `Hybrid { all_pairs_max: k }` needs for it, the first L in 0, 1, …, L_k − 1 whose
+/// threshold k_L = ⌈n_max/2^L⌉ keeps the comparisons of the whole call (all rows, each
+/// with the levels it needs to reach k_L) within B; if none does, `Hybrid { all_pairs_max:
+/// k }` itself. So a call never pays more tournament levels than the hybrid, and pays
+/// fewer only for at most B comparisons (B·LT bits); calls whose rows are all ≤ k behave
+/// exactly as the hybrid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaxMethod {
     /// One level of all-pairs comparisons over the whole row: fewest rounds, n(n−1)/2
@@ -59,28 +70,74 @@ pub enum MaxMethod {
         /// The longest row reduced by all pairs directly.
         all_pairs_max: usize,
     },
+    /// `Hybrid { all_pairs_max }`, except that fewer tournament levels (longer all-pairs
+    /// rows) are used while the call's total comparison count stays within `comparisons`
+    /// (the rule is in the type's documentation).
+    Budgeted {
+        /// The longest row reduced by all pairs whatever the comparison count.
+        all_pairs_max: usize,
+        /// The comparisons per call that may be spent to save tournament levels.
+        comparisons: usize,
+    },
 }
 
 impl Default for MaxMethod {
-    /// `Hybrid { all_pairs_max: 32 }` ([`DEFAULT_ALL_PAIRS_MAX`]): all pairs for attention
-    /// rows of up to 32 keys; long rows (a vocabulary of 50257 logits) pay ⌈log2(n/32)⌉
-    /// tournament levels first.
+    /// `Budgeted { all_pairs_max: 32, comparisons: 2^16 }` ([`DEFAULT_ALL_PAIRS_MAX`],
+    /// [`MaxMethod::DEFAULT_COMPARISON_BUDGET`]): all pairs for attention rows of up to 32
+    /// keys, and for longer rows while the call compares at most 2^16 pairs (a KV-cached
+    /// step: one query row per head); a vocabulary of 50257 logits pays 9 tournament levels, then
+    /// all pairs of 99 (55009 comparisons; `Hybrid { 32 }`: 11 levels, 50532).
     fn default() -> Self {
-        MaxMethod::Hybrid {
+        MaxMethod::Budgeted {
             all_pairs_max: DEFAULT_ALL_PAIRS_MAX,
+            comparisons: MaxMethod::DEFAULT_COMPARISON_BUDGET,
         }
     }
 }
 
 impl MaxMethod {
-    /// The longest row that the final all-pairs level takes directly.
-    fn threshold(self) -> usize {
+    /// The comparisons per call that [`MaxMethod::default`] spends to save tournament
+    /// levels: 2^16, about what GPT-2's causal attention over a 32-token prompt already
+    /// pays per layer (12 heads × Σ_{n ≤ 32} n(n−1)/2 = 65472). At most 65536·414 bits =
+    /// **3.39 MB summed over the parties** (1.13 MB per party) in Z_2^32; it covers one
+    /// all-pairs row per head over up to 105 keys for 12 heads (a KV-cached generation
+    /// step: R_LT + ⌈log2(n−1)⌉ + 2 rounds, 13 for n ≤ 33 and 14 up to 65 in Z_2^32,
+    /// instead of one or two tournament levels of R_LT + 2 = 8 rounds each first).
+    pub const DEFAULT_COMPARISON_BUDGET: usize = 1 << 16;
+
+    /// The longest row that the final all-pairs level takes directly, for a call over
+    /// rows of lengths `lens`.
+    fn threshold(self, lens: &[usize]) -> usize {
         match self {
             MaxMethod::AllPairs => usize::MAX,
             MaxMethod::Tournament => 2,
             MaxMethod::Hybrid { all_pairs_max } => all_pairs_max.max(2),
+            MaxMethod::Budgeted {
+                all_pairs_max,
+                comparisons,
+            } => {
+                let k = all_pairs_max.max(2);
+                let n_max = lens.iter().copied().max().unwrap_or(1);
+                (0..tournament_levels(n_max, k))
+                    .map(|l| n_max.div_ceil(1usize << l))
+                    .find(|&k_l| total_comparisons(lens, k_l).is_some_and(|c| c <= comparisons))
+                    .unwrap_or(k)
+            }
         }
     }
+}
+
+/// Comparisons of a call over rows of `lens` with all-pairs threshold `k` (tournament
+/// levels until at most k remain, then all pairs); `None` on overflow.
+fn total_comparisons(lens: &[usize], k: usize) -> Option<usize> {
+    lens.iter().try_fold(0usize, |s, &n| {
+        let mut m = n;
+        while m > k {
+            m = m.div_ceil(2);
+        }
+        let pairs = m.checked_mul(m.saturating_sub(1))? / 2;
+        s.checked_add(n - m)?.checked_add(pairs)
+    })
 }
 
 /// Tournament levels a row of `n` elements needs before at most `k` remain.
@@ -94,7 +151,8 @@ fn tournament_levels(mut n: usize, k: usize) -> usize {
 }
 
 /// The maximum of each row of a `rows × cols` row-major matrix, compared in Z_2^k with
-/// k = `width`, by the default [`MaxMethod`] (all pairs for `cols` ≤ 32, hybrid above).
+/// k = `width`, by the default [`MaxMethod`] (all pairs for `cols` ≤ 32, and above while
+/// rows·cols(cols−1)/2 ≤ 2^16; tournament levels first otherwise).
 ///
 /// See [`max_rows_with`] for the method, the range contract, rounds and bytes.
 ///
@@ -176,11 +234,12 @@ pub async fn argmax_rows(
 ///
 /// **Bits**: those of [`max_rows_with`], plus for rows with tournament levels at most
 /// 3n per level (path ANDs) and 384n (the final B2A) per row of n. The vocabulary
-/// argmax (n = 50257, k' = 41 or 64, default method: 11 tournament levels then all pairs
-/// of 25): 11·9 + 7 + 5 + 2 = **113 rounds** (a pure tournament: 16·9 = 144); at k' = 41
-/// **9.63 MB in total** (3.21 MB per party; measured in tests/max_recip.rs), of which the
-/// comparisons take 3.37 MB, the per-level B2A and fused sums 3.62 MB, the final B2A of
-/// the path bits 2.41 MB and the path ANDs 0.19 MB.
+/// argmax (n = 50257, k' = 41 or 64), default method: 9 tournament levels then all pairs
+/// of 99, 9·9 + 7 + 7 + 2 = **97 rounds**, at k' = 41 **9.89 MB in total** (3.30 MB per
+/// party; measured in tests/max_recip.rs); `Hybrid { all_pairs_max: 32 }`: 11 levels then
+/// all pairs of 25, 11·9 + 7 + 5 + 2 = 113 rounds (a pure tournament: 16·9 = 144) and
+/// 9.63 MB, of which the comparisons take 3.37 MB, the per-level B2A and fused sums
+/// 3.62 MB, the final B2A of the path bits 2.41 MB and the path ANDs 0.19 MB.
 ///
 /// **Range**: as [`max_rows_with`].
 ///
@@ -577,7 +636,7 @@ pub(crate) async fn max_segments(
     }
     let mut ctx = ctx.fork();
     let me = x.party();
-    let k = method.threshold();
+    let k = method.threshold(lens);
     let levels: Vec<usize> = lens.iter().map(|&n| tournament_levels(n, k)).collect();
     let l_max = levels.iter().copied().max().unwrap_or(0);
 

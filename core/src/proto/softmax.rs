@@ -245,8 +245,9 @@ pub async fn softmax_rows_masked(
 /// entries (a public mask: the others are never compared and come out as exact zeros),
 /// after PUMA's softmax (Dong et al. 2023, §5.2; PROTOCOLS.md §10):
 /// 1. m = max of the valid entries (all rows in one [`MaxMethod::default`] run: all pairs
-///    for rows of up to 32, tournament levels first for longer rows), comparisons in
-///    Z_2^32;
+///    for rows of up to 32, and for longer rows while the call compares at most 2^16
+///    pairs, e.g. 12 single-query rows of up to 105 keys in a KV-cached step; tournament
+///    levels first otherwise), comparisons in Z_2^32;
 /// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), so z ≤ −ε < 0 and every
 ///    negExp output is below 1;
 /// 3. e = [`neg_exp_with`]`(z, approx)`;
