@@ -298,9 +298,9 @@ pub fn gpt2_protocol(
                     Error::protocol(CLIENT, "announced sizes do not fit the model")
                 });
             }
-            let shared = SharedGpt2::share(&mut ctx, OWNER, &config, weights.as_deref()).await?;
-            // The owner's plaintext is not needed any more.
-            drop(weights);
+            // The owner's plaintext weights go in by value: `share` drops them (this is the
+            // last reference) as soon as they are encoded, before the masks are drawn.
+            let shared = SharedGpt2::share(&mut ctx, OWNER, &config, weights).await?;
             let generation = secure::generate(
                 &mut ctx,
                 &shared,

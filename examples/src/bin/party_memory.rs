@@ -8,9 +8,10 @@
 //! Writes a development PKI to a temporary folder, starts the three `puma-party` processes
 //! (found next to this binary) on 127.0.0.1 with `--random-shape base` (GPT-2 base with
 //! seeded random weights, 32 prompt tokens → N new tokens), waits for them, and prints each
-//! party's peak resident set size (Linux `VmHWM` of its own process) and its resident set
-//! before connecting (at the owner: the plaintext f64 model it has built). Exit status 0
-//! only if all three parties succeed.
+//! party's peak resident set size (Linux `VmHWM` of its own process), its resident set
+//! before connecting (at the owner: the plaintext f64 model it has built), and its peak and
+//! resident set when the prompt step's first block was done (the model sharing behind it).
+//! Exit status 0 only if all three parties succeed.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -149,17 +150,15 @@ fn write_pki(dir: &Path, transport: &str, timeout: u64) -> Result<PathBuf, Strin
     Ok(path)
 }
 
-/// `(peak, before connecting)` in bytes from a party's memory line.
-fn memory_line(lines: &[String]) -> Option<(u64, u64)> {
+/// `[peak, before connecting, peak until the first block, RSS then]` in bytes from a
+/// party's memory line.
+fn memory_line(lines: &[String]) -> Option<[u64; 4]> {
     let l = lines.iter().find(|l| l.contains("memory: peak RSS"))?;
     let nums: Vec<u64> = l
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
         .collect();
-    match nums[..] {
-        [peak, before] => Some((peak, before)),
-        _ => None,
-    }
+    nums.try_into().ok()
 }
 
 fn run(args: &Args) -> Result<bool, String> {
@@ -238,10 +237,12 @@ fn run(args: &Args) -> Result<bool, String> {
     for (id, mem) in rows {
         let name = role.get(id).copied().unwrap_or("");
         match mem {
-            Some((peak, before)) => println!(
-                "P{id} ({name}): peak RSS {:.3} GB; before connecting {:.3} GB",
+            Some([peak, before, peak1, rss1]) => println!(
+                "P{id} ({name}): peak RSS {:.3} GB; before connecting {:.3} GB; when the prompt's first block was done: peak so far {:.3} GB, resident {:.3} GB",
                 peak as f64 / 1e9,
-                before as f64 / 1e9
+                before as f64 / 1e9,
+                peak1 as f64 / 1e9,
+                rss1 as f64 / 1e9
             ),
             None => {
                 ok = false;

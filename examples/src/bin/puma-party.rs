@@ -247,14 +247,20 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         .try_fill_bytes(&mut entropy)
         .map_err(|e| PartyError::Config(format!("no OS randomness: {e}")))?;
     let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
-    let observer: Option<Observer> = (me == CLIENT).then(|| {
-        let obs: Observer = Arc::new(move |ev: Progress| {
-            if let Progress::Step { step } = ev {
-                eprintln!("{me}: step {} of {max_new} done", step + 1);
-            }
-        });
-        obs
+    // Peak and current RSS when the prompt step's first block is done: the model sharing
+    // (and the embedding) are behind, inference has begun.
+    let first_block: Arc<std::sync::OnceLock<(Option<u64>, Option<u64>)>> = Arc::default();
+    let seen = first_block.clone();
+    let observer: Observer = Arc::new(move |ev: Progress| match ev {
+        Progress::Step { step } if me == CLIENT => {
+            eprintln!("{me}: step {} of {max_new} done", step + 1);
+        }
+        Progress::Layer { step: 0, layer: 0 } => {
+            let _ = seen.set((peak_rss(), current_rss()));
+        }
+        _ => {}
     });
+    let observer = Some(observer);
     let job = Gpt2Job {
         config,
         weights,
@@ -278,8 +284,13 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         stats.bytes_total() + stats.setup_bytes_sent
     );
     // Memory of this party alone (one party per process); `party_memory` reads this line.
-    if let (Some(peak), Some(loaded)) = (peak_rss(), loaded_rss) {
-        eprintln!("{me}: memory: peak RSS {peak} bytes, RSS before connecting {loaded} bytes");
+    if let (Some(peak), Some(loaded), Some((Some(peak1), Some(rss1)))) =
+        (peak_rss(), loaded_rss, first_block.get().copied())
+    {
+        eprintln!(
+            "{me}: memory: peak RSS {peak} bytes, RSS before connecting {loaded} bytes, \
+             peak RSS until the first block {peak1} bytes, RSS then {rss1} bytes"
+        );
     }
     if let Some(tok) = tokenizer {
         // Only the client learns the output, and only after the whole session succeeded.

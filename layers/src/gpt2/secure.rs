@@ -216,26 +216,36 @@ fn encode_weights(
     Ok(out)
 }
 
+/// Words of the owner's masked record per round while sharing a model (32 MiB): what
+/// bounds the owner's and the receiver's message buffers, whatever the model's size.
+pub const SHARE_CHUNK_WORDS: usize = 1 << 22;
+
 impl SharedGpt2 {
-    /// Shares the model: `owner` passes its weights (`Some` only there); every party passes
-    /// the same public config. All tensors travel as one masked vector from the owner.
+    /// Shares the model: `owner` passes its weights (`Some` only there; a reference, or the
+    /// weights themselves, which are then dropped as soon as they are encoded, before the
+    /// masks are drawn); every party passes the same public config. All tensors travel as
+    /// one masked vector from the owner, streamed in chunks of [`SHARE_CHUNK_WORDS`] words
+    /// ([`proto::share_input_streamed`]), so that no party ever holds the whole message.
     ///
-    /// Rounds: 1. Bytes: 8 per parameter from the owner (the tied LM head once, used in
-    /// place as `wte`).
+    /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` parameters (30 for GPT-2 base).
+    /// Bytes: 8 per parameter from the owner (the tied LM head once, used in place as
+    /// `wte`).
     ///
     /// # Errors
     /// `Misuse` if the owner's weights do not match the config or do not fit the fixed-point
     /// format; `Protocol` on a malformed message.
-    pub async fn share(
+    pub async fn share<W: std::borrow::Borrow<Gpt2Weights>>(
         ctx: &mut Ctx,
         owner: PartyId,
         cfg: &Gpt2Config,
-        weights: Option<&Gpt2Weights>,
+        weights: Option<W>,
     ) -> Result<SharedGpt2, Error> {
         let sizes = tensor_sizes(cfg);
         let fx = ctx.fixed();
         let encoded = match (ctx.me() == owner, weights) {
-            (true, Some(w)) => {
+            (true, Some(owned)) => {
+                // Owned weights are dropped at the end of this arm, once encoded.
+                let w: &Gpt2Weights = owned.borrow();
                 w.check_shapes(cfg)
                     .map_err(|_| Error::misuse("weights do not match the config"))?;
                 if w.lm_head.is_some() {
@@ -250,8 +260,9 @@ impl SharedGpt2 {
             (true, None) => return Err(Error::misuse("the model owner must pass the weights")),
             (false, _) => None,
         };
-        // One record for the whole model, received straight into one sharing per tensor.
-        let mut rest = proto::share_input_parts(ctx, owner, encoded, &sizes)
+        // One message for the whole model, received straight into one sharing per tensor.
+        let encoded = encoded.map(|parts| parts.into_iter().map(Ok));
+        let mut rest = proto::share_input_streamed(ctx, owner, encoded, &sizes, SHARE_CHUNK_WORDS)
             .await?
             .into_iter();
         let mut take = || {
