@@ -134,4 +134,41 @@ fn main() {
             .await
         },
     );
+    for a in [
+        proto::ExpApprox::Taylor2 { squarings: 8 },
+        proto::ExpApprox::Minimax,
+    ] {
+        report(
+            &format!("neg_exp {a:?}"),
+            n,
+            n,
+            "element",
+            move |mut c, x| async move { proto::neg_exp_with(&mut c, &x, a).await },
+        );
+    }
+    let w32 = Width::new(proto::SOFTMAX_RING_BITS).unwrap_or(Width::W64);
+    report(
+        "max 384 rows of 32 (prompt)",
+        384 * 32,
+        384,
+        "row",
+        move |mut c, x| async move { proto::max_rows(&mut c, &x, 384, 32, w32).await },
+    );
+    report(
+        "max 12 rows of 33 (KV step)",
+        12 * 33,
+        12,
+        "row",
+        move |mut c, x| async move { proto::max_rows(&mut c, &x, 12, 33, w32).await },
+    );
+    report(
+        "softmax 384 rows of 32, Minimax",
+        384 * 32,
+        384,
+        "row",
+        |mut c, x| async move {
+            let valid = vec![32; 384];
+            proto::softmax_rows_with(&mut c, &x, 384, 32, &valid, proto::ExpApprox::Minimax).await
+        },
+    );
 }

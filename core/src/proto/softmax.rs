@@ -9,9 +9,10 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::Shares;
 
+use super::gelu::{encode_at, lincomb};
 use super::maxpool::{MaxMethod, max_segments};
-use super::mul::{mul_trunc, square_trunc};
-use super::{b2a, lt_public, mul, reciprocal_extra};
+use super::mul::{cross_terms, mul_trunc, square_trunc};
+use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 
 /// Ring width k' of the comparisons in [`neg_exp`] and in the row maxima of the softmax
 /// functions: 32 bits. [`neg_exp`] is exact on its branch while |x + 14| < 2^(k'−1−f) =
@@ -45,6 +46,12 @@ pub enum ExpApprox {
         /// t, 4 ≤ t ≤ 12.
         squarings: u32,
     },
+    /// P(u)² with u = x/8 + 7/8 ∈ [−7/8, 7/8] and P the degree-12 polynomial of least
+    /// maximum relative error to e^(x/2) on x ∈ [−14, 0] ([`ExpApprox::MINIMAX_COEFFS`]):
+    /// relative error ≤ 4.1e-7 for P, ≤ 8.2e-7 for P² (max |P² − e^x| = 7.0e-7), uniform
+    /// over the range, where Taylor2 t = 8's grows to 7e-3 at x = −14. Rounds 11: P by
+    /// Paterson–Stockmeyer in 8, one squaring, the join.
+    Minimax,
 }
 
 impl ExpApprox {
@@ -59,8 +66,32 @@ impl ExpApprox {
                 }
             }
             ExpApprox::Taylor2 { squarings } => 2 * squarings + 3,
+            ExpApprox::Minimax => 11,
         }
     }
+
+    /// Coefficients c_0 … c_12 of [`ExpApprox::Minimax`]'s P(u) = Σ c_k u^k ≈ e^(4u − 7/2)
+    /// = e^(x/2) for u = x/8 + 7/8 ∈ [−7/8, 7/8].
+    ///
+    /// Fitted offline (`python3 scripts/fit-neg-exp.py`, numpy) by Lawson's iteratively
+    /// reweighted least squares on the relative error P(u)/e^(4u − 7/2) − 1, on 20001
+    /// Chebyshev points of [−7/8, 7/8] in the Chebyshev basis of u/(7/8), 400 iterations,
+    /// then converted to powers of u; max relative error 4.09e-7, equioscillating.
+    pub const MINIMAX_COEFFS: [f64; 13] = [
+        0.030197383785751986,
+        0.12078970737266707,
+        0.24157968097487428,
+        0.3221002509597722,
+        0.3220855455984173,
+        0.25771477999882075,
+        0.17195373513227824,
+        0.09815927325186782,
+        0.04856581033936297,
+        0.021530159273003585,
+        0.009373234215424457,
+        0.0037652086138913804,
+        0.0008577219464864283,
+    ];
 }
 
 /// e^x for x ≤ 0 by PUMA's negExp: 0 if x < −14, else (1 + x/2^t)^(2^t), t = `squarings`
@@ -102,48 +133,33 @@ pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares
 /// computes the base B = 1 + y + y²/2 (y = x/2^t) at 30 fractional bits — y is a local
 /// shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs one product and one truncation —
 /// and then squares it t times like [`neg_exp`] (t − 1 truncations by 30, the last by
-/// 60 − f). The cut-off comparison runs alongside, and the join (1 − b)·y is one product.
+/// 60 − f). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial P(u), u = x/8 + 7/8
+/// (a local shift), at 30 fractional bits by Paterson–Stockmeyer, A + u⁴·B1 + u⁸·B2, the
+/// truncations fused into the reshares: u² (2 rounds), {u³, u⁴} (2), u⁸ (2) alongside the
+/// truncation of B1 and B2 (1), the fused sum u⁴·B1 + u⁸·B2 + A (2), then one squaring to
+/// f bits (2). The cut-off comparison runs alongside, and the join (1 − b)·y is one product.
 ///
 /// **Range**: as [`neg_exp`]. **Error** (measured, tests/softmax.rs, 2·10^5 points on
-/// [−50, 0]): Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (approximation 3.5e-6 plus protocol).
+/// [−50, 0]): Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (7.2e-6: approximation 3.5e-6 plus
+/// protocol); Minimax ≤ 5e-6 (4.2e-6: approximation 7.0e-7, the rest the output's
+/// stochastic rounding at f = 18, 1 ulp = 3.8e-6).
 ///
-/// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1, Taylor2 2t + 3 (t = 4: **11**, t = 8: 19).
-/// Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 128 (x², fused
-/// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
-/// t = 4: **2832 bits**, t = 8: 4368.
+/// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1, Taylor2 2t + 3 (t = 4: **11**, t = 8: 19),
+/// Minimax **11**. Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 128
+/// (x², fused truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) +
+/// trunc(60 − f) + 192: t = 4: **2832 bits**, t = 8: 4368; Minimax 414 + 384 + 5·(192 +
+/// 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by 30 fused into its reshare) +
+/// 2·trunc(30) (B1, B2) + 192 + 6(60 − f) (P², fused) + 192 (join) = **3782 bits** at
+/// f = 18 (≈ 158 bytes per party and element with role rotation; Taylor2 t = 8: 182).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
-/// 16 ≤ f + t ≤ 31 for Puma) and f ≤ 30; `Protocol` if a message is malformed.
+/// 16 ≤ f + t ≤ 31 for Puma) and f ≤ 30, or f ≤ 27 (Minimax); `Protocol` if a message is
+/// malformed.
 pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
-    let (t, taylor) = match approx {
-        ExpApprox::Puma { squarings } => (squarings, false),
-        ExpApprox::Taylor2 { squarings } => (squarings, true),
-    };
-    let t_min = if taylor { 4 } else { 3 };
-    let ft_max = if taylor {
-        NEG_EXP_BITS
-    } else {
-        NEG_EXP_BITS + 1
-    };
-    if !(t_min..=12).contains(&t) || f + t > ft_max || f > NEG_EXP_BITS {
-        return Err(Error::misuse(
-            "neg_exp: squarings out of range for this fixed-point format",
-        ));
-    }
-    // Truncation of the first square: (1 + x/2^t)² from 2f + 2t to 30 bits (PUMA), or
-    // x²/2^(2t+1) from 2f to 30 bits (Taylor2); both must be a right shift.
-    let misuse = || Error::misuse("neg_exp needs more fractional bits (f + t too small)");
-    let first_shift = if taylor {
-        (2 * f + 2 * t + 1).checked_sub(NEG_EXP_BITS)
-    } else {
-        (2 * f + 2 * t).checked_sub(NEG_EXP_BITS)
-    }
-    .filter(|&d| d >= 1)
-    .ok_or_else(misuse)?;
-    let y_shift = NEG_EXP_BITS.checked_sub(f + t).ok_or_else(misuse)?;
+    let chain = Chain::new(approx, f)?;
     let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
     let n = x.len();
     let cutoff = (14u64 << f).wrapping_neg();
@@ -154,27 +170,167 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
         Ok::<_, Error>(b.neg().add_public_scalar(1))
     };
     let branch_b = async {
-        let c = &mut cb;
-        // y1 = base² at 30 bits; `rest` squarings follow.
-        let (mut y, rest) = if taylor {
-            // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
-            let half_y2 = square_trunc(c, x, first_shift).await?;
-            let base = x
-                .scale(1u64 << y_shift)
-                .add(&half_y2)?
-                .add_public_scalar(1u64 << NEG_EXP_BITS);
-            (base, t)
-        } else {
-            let base = x.add_public_scalar(1u64 << (t + f));
-            (square_trunc(c, &base, first_shift).await?, t - 1)
-        };
-        for _ in 1..rest {
-            y = square_trunc(c, &y, NEG_EXP_BITS).await?;
+        match chain {
+            Chain::Squarings {
+                t,
+                taylor,
+                first_shift,
+                y_shift,
+            } => squaring_chain(&mut cb, x, f, t, taylor, first_shift, y_shift).await,
+            Chain::Minimax => minimax_chain(&mut cb, x, f).await,
         }
-        square_trunc(c, &y, 2 * NEG_EXP_BITS - f).await
     };
     let (keep, y) = try_join(branch_a, branch_b).await?;
     mul(&mut ctx, &keep, &y).await
+}
+
+/// Branch (b) of [`neg_exp_with`], its parameters checked before any message is sent.
+enum Chain {
+    /// PUMA's or the Taylor base, then squarings.
+    Squarings {
+        t: u32,
+        taylor: bool,
+        /// Truncation of the first square.
+        first_shift: u32,
+        /// Left shift of x to y = x/2^t at 30 bits (Taylor2).
+        y_shift: u32,
+    },
+    /// [`ExpApprox::Minimax`].
+    Minimax,
+}
+
+impl Chain {
+    fn new(approx: ExpApprox, f: u32) -> Result<Chain, Error> {
+        let (t, taylor) = match approx {
+            ExpApprox::Puma { squarings } => (squarings, false),
+            ExpApprox::Taylor2 { squarings } => (squarings, true),
+            ExpApprox::Minimax => {
+                // u = x/8 + 7/8 at 30 bits is a left shift of x by 27 − f.
+                return if f + 3 <= NEG_EXP_BITS {
+                    Ok(Chain::Minimax)
+                } else {
+                    Err(Error::misuse("neg_exp: at most 27 fractional bits"))
+                };
+            }
+        };
+        let t_min = if taylor { 4 } else { 3 };
+        let ft_max = if taylor {
+            NEG_EXP_BITS
+        } else {
+            NEG_EXP_BITS + 1
+        };
+        if !(t_min..=12).contains(&t) || f + t > ft_max || f > NEG_EXP_BITS {
+            return Err(Error::misuse(
+                "neg_exp: squarings out of range for this fixed-point format",
+            ));
+        }
+        // Truncation of the first square: (1 + x/2^t)² from 2f + 2t to 30 bits (PUMA), or
+        // x²/2^(2t+1) from 2f to 30 bits (Taylor2); both must be a right shift.
+        let misuse = || Error::misuse("neg_exp needs more fractional bits (f + t too small)");
+        let first_shift = if taylor {
+            (2 * f + 2 * t + 1).checked_sub(NEG_EXP_BITS)
+        } else {
+            (2 * f + 2 * t).checked_sub(NEG_EXP_BITS)
+        }
+        .filter(|&d| d >= 1)
+        .ok_or_else(misuse)?;
+        let y_shift = NEG_EXP_BITS.checked_sub(f + t).ok_or_else(misuse)?;
+        Ok(Chain::Squarings {
+            t,
+            taylor,
+            first_shift,
+            y_shift,
+        })
+    }
+}
+
+/// (1 + x/2^t)^(2^t) or (1 + y + y²/2)^(2^t), y = x/2^t, at f bits: 2t resp. 2t + 2 rounds.
+async fn squaring_chain(
+    c: &mut Ctx,
+    x: &Shares,
+    f: u32,
+    t: u32,
+    taylor: bool,
+    first_shift: u32,
+    y_shift: u32,
+) -> Result<Shares, Error> {
+    // y1 = base² at 30 bits; `rest` squarings follow.
+    let (mut y, rest) = if taylor {
+        // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
+        let half_y2 = square_trunc(c, x, first_shift).await?;
+        let base = x
+            .scale(1u64 << y_shift)
+            .add(&half_y2)?
+            .add_public_scalar(1u64 << NEG_EXP_BITS);
+        (base, t)
+    } else {
+        let base = x.add_public_scalar(1u64 << (t + f));
+        (square_trunc(c, &base, first_shift).await?, t - 1)
+    };
+    for _ in 1..rest {
+        y = square_trunc(c, &y, NEG_EXP_BITS).await?;
+    }
+    square_trunc(c, &y, 2 * NEG_EXP_BITS - f).await
+}
+
+/// [`ExpApprox::Minimax`]'s P(u)² at f bits, u = x/8 + 7/8, every power and P at p = 30
+/// fractional bits ([`NEG_EXP_BITS`]): 10 rounds.
+///
+/// P = A + u⁴·B1 + u⁸·B2 (Paterson–Stockmeyer) with A = c0 + c1·u + c2·u² + c3·u³,
+/// B1 = c4 + c5·u + c6·u² + c7·u³, B2 = c8 + c9·u + c10·u² + c11·u³ + c12·u⁴:
+/// u² (rounds 1–2), {u³, u⁴} (3–4), u⁸ (5–6) alongside B1, B2 formed at 2p bits
+/// (coefficients at p bits) and truncated by p (5), then the cross terms of u⁴·B1 and
+/// u⁸·B2 plus A at 2p bits (coefficients at p bits, c0 at 2p) reshared and truncated to p
+/// bits in one (7–8), and P² truncated by 2p − f (9–10). Every |c_k| < 1/3 and |u| < 1,
+/// so all values stay below 2^61 raw, inside the truncations' range; truncation errors are
+/// 2^−30 each, far below the fit's 4e-7.
+async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error> {
+    let p = NEG_EXP_BITS;
+    let n = x.len();
+    let k = ExpApprox::MINIMAX_COEFFS;
+    let at = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
+    let u = x
+        .scale(1u64 << (p - 3 - f))
+        .add_public_scalar(7u64 << (p - 3));
+    let u2 = square_trunc(c, &u, p).await?;
+    let l2 = mul_trunc(
+        c,
+        &Shares::concat(&[&u, &u2])?,
+        &Shares::concat(&[&u2, &u2])?,
+        p,
+    )
+    .await?;
+    let (u3, u4) = l2.split_at(n)?;
+    let b1 = lincomb(
+        &[(&u, at(5, p)?), (&u2, at(6, p)?), (&u3, at(7, p)?)],
+        at(4, 2 * p)?,
+    )?;
+    let b2 = lincomb(
+        &[
+            (&u, at(9, p)?),
+            (&u2, at(10, p)?),
+            (&u3, at(11, p)?),
+            (&u4, at(12, p)?),
+        ],
+        at(8, 2 * p)?,
+    )?;
+    let (mut c8, mut cb) = (c.fork(), c.fork());
+    let (u8, bs) = try_join(
+        square_trunc(&mut c8, &u4, p),
+        trunc(&mut cb, &Shares::concat(&[&b1, &b2])?, p),
+    )
+    .await?;
+    let (b1, b2) = bs.split_at(n)?;
+    let a = lincomb(
+        &[(&u, at(1, p)?), (&u2, at(2, p)?), (&u3, at(3, p)?)],
+        at(0, 2 * p)?,
+    )?;
+    let mut z = cross_terms(&u4, &b1);
+    for ((zk, wk), ak) in z.iter_mut().zip(cross_terms(&u8, &b2)).zip(a.a()) {
+        *zk = zk.wrapping_add(wk).wrapping_add(*ak);
+    }
+    let poly = reshare_trunc(c, z, p).await?;
+    square_trunc(c, &poly, 2 * p - f).await
 }
 
 /// Softmax of each row of a `rows × cols` row-major matrix with PUMA's negExp,
@@ -274,19 +430,22 @@ pub async fn softmax_rows_masked(
 /// | Puma t = 9 | 19 | 1.5e-3 | 1.3e-2 |
 /// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
 /// | Taylor2 t = 8 | 19 | 2.0e-5 | 2.4e-4 |
+/// | Minimax | 11 | 1.7e-5 | 3.6e-5 |
 ///
 /// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
 /// below the maximum add up (an f64 evaluation of the approximation alone gives the same
 /// numbers: it is not the protocol); [`ExpApprox::Taylor2`] removes that term for two
 /// rounds. So the targets 2e-2 (t = 5) and 1e-3 (t = 9) hold for PUMA's base only on short
 /// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
-/// on every row tested).
+/// on every row tested). [`ExpApprox::Minimax`]'s relative error is uniform (8.2e-7 on
+/// [−14, 0]), so its figures are the protocol's rounding (the `protocol` figure of the test,
+/// 3.5e-5), in 8 negExp rounds fewer than Taylor2 t = 8 and with 13 % fewer bytes.
 ///
 /// **Rounds** = R_max + R_exp + (R_LT(hi + 2) + 7) + 2 with R_max the rounds of the
 /// maximum ([`crate::proto::max_rows_with`]) for the longest row and R_exp those of
 /// [`ExpApprox::rounds`]: n ≤ 32, Puma t = 5 (or Taylor2 t = 4): 13 + 11 + 13 + 2 =
-/// **39** (PROTOCOLS.md: 41); Puma t = 9 (or Taylor2 t = 8): 47; n = 1024: 5 tournament
-/// levels first, 53 + 11 + 13 + 2 = 79.
+/// **39** (PROTOCOLS.md: 41), the same with Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
+/// n = 1024: 5 tournament levels first, 53 + 11 + 13 + 2 = 79.
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 220230) + n·negExp (Puma t = 5: 2838) + the row's reciprocal (n ≤ 32: 6490)
 /// plus n·(128 + 64 + 6(f + 12)) (final products with their truncations fused into the
