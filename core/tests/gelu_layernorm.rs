@@ -436,16 +436,29 @@ fn layernorm_ref(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
 /// Runs LayerNorm on `rows` rows and checks |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
 /// Returns the worst ratio |y − y_ref| / max(|y_ref|, 1).
 fn check_layernorm(seed: u64, x: &[f64], g: &[f64], b: &[f64], d: usize) -> f64 {
+    check_layernorm_with(seed, x, Some((g, b)), d)
+}
+
+/// As [`check_layernorm`]; `None` runs [`proto::layernorm_rows_unscaled`] against the
+/// reference with γ = 1 and β = 0.
+fn check_layernorm_with(seed: u64, x: &[f64], affine: Option<(&[f64], &[f64])>, d: usize) -> f64 {
     let fx = fx();
     let rows = x.len() / d;
     let eps = 1e-5;
+    let (ones, zeros) = (vec![1.0; d], vec![0.0; d]);
+    let scaled = affine.is_some();
+    let (g, b) = affine.unwrap_or((&ones, &zeros));
     let mut vals = fx.encode_slice(x).unwrap();
     vals.extend(fx.encode_slice(g).unwrap());
     vals.extend(fx.encode_slice(b).unwrap());
     let (y, out) = run_on(seed, vals.clone(), move |mut ctx, v| async move {
         let (x, gb) = v.split_at(rows * d)?;
         let (g, b) = gb.split_at(d)?;
-        proto::layernorm_rows(&mut ctx, &x, rows, d, &g, &b, eps).await
+        if scaled {
+            proto::layernorm_rows(&mut ctx, &x, rows, d, &g, &b, eps).await
+        } else {
+            proto::layernorm_rows_unscaled(&mut ctx, &x, rows, d, eps).await
+        }
     });
     assert_eq!(out.rounds(), 2 + 19);
     let dec = fx.decode_slice(&vals);
@@ -501,6 +514,9 @@ fn layernorm_on_gpt2_like_rows_with_outliers() {
     let worst = check_layernorm(15, &x, &g, &b, d);
     println!("layernorm (outlier rows): worst |err|/max(|y|,1) = {worst:.3e}");
     assert!(worst <= 1e-3, "{worst}");
+    let worst = check_layernorm_with(17, &x, None, d);
+    println!("layernorm without γ, β (outlier rows): worst |err|/max(|y|,1) = {worst:.3e}");
+    assert!(worst <= 1e-3, "{worst}");
 }
 
 /// Rows of 768 with tiny variance: a constant offset plus noise of standard deviation
@@ -521,6 +537,9 @@ fn layernorm_on_rows_with_tiny_variance() {
     let b: Vec<f64> = (0..d as u64).map(|k| 0.2 * (unif(k, 43) - 0.5)).collect();
     let worst = check_layernorm(16, &x, &g, &b, d);
     println!("layernorm (tiny variance): worst |err|/max(|y|,1) = {worst:.3e}");
+    assert!(worst <= 1e-3, "{worst}");
+    let worst = check_layernorm_with(18, &x, None, d);
+    println!("layernorm without γ, β (tiny variance): worst |err|/max(|y|,1) = {worst:.3e}");
     assert!(worst <= 1e-3, "{worst}");
 }
 
@@ -545,6 +564,25 @@ fn layernorm_costs_are_pinned() {
         assert_eq!(out.rounds(), 19, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("layernorm, {rows} row(s) of {d}: bytes per party {bytes:?}");
+        assert_eq!(bytes, want, "rows = {rows}");
+    }
+}
+
+/// LayerNorm without γ and β, rows of 768: 19 rounds, 562,037 bits per row (a third per
+/// party for a number of rows divisible by 24).
+#[test]
+fn unscaled_layernorm_costs_are_pinned() {
+    let d = 768;
+    for (rows, want) in [(1usize, [24068u64, 23130, 23169]), (24, [562037; 3])] {
+        let out = Sim::new(8).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(rows * d);
+                proto::layernorm_rows_unscaled(&mut ctx, &x, rows, d, 1e-5).await
+            }
+        });
+        assert_eq!(out.rounds(), 19, "rows = {rows}");
+        let bytes = out.payload_bytes();
+        println!("layernorm without γ, β, {rows} row(s) of {d}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
     }
 }

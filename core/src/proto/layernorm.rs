@@ -99,10 +99,55 @@ pub async fn layernorm_rows(
     beta: &Shares,
     eps: f64,
 ) -> Result<Shares, Error> {
+    if gamma.len() != d || beta.len() != d {
+        return Err(Error::misuse("layernorm shapes do not match"));
+    }
+    layernorm_impl(ctx, x, rows, d, Some((gamma, beta)), eps).await
+}
+
+/// LayerNorm without its affine part: y = (x − μ)/√(σ² + ε) for each of `rows` rows of
+/// length `d` (row-major `x`). For models whose normalised rows feed a linear layer only
+/// (GPT-2's pre-LN blocks), γ and β fold into that layer's weights and bias
+/// (`W' = diag(γ)·W`, `b' = βW + b`) before sharing, which removes the γ product.
+///
+/// Schedule: as [`layernorm_rows`] without branch B; the last step is
+/// y = trunc(xc'·r, f + 14) with xc' = x − μ at f + 6 fractional bits and r at f + 8.
+///
+/// **Range** (contract): as [`layernorm_rows`] without the conditions on γ. **Error**
+/// (measured, tests/gelu_layernorm.rs): the same bound as [`layernorm_rows`],
+/// |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
+///
+/// Rounds: 19 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
+/// parties): 1000 for μ + d·(252 + 384) (squares; final product with its truncation by
+/// f + 14 fused into the reshare) + rsqrt's 72589; d = 768, ε = 1e-5: **562,037 bits per
+/// row** (70.3 KB, against 792,437 with γ). **Bytes** per party: 562037·rows/24 for a
+/// number of rows divisible by 24.
+///
+/// # Errors
+/// As [`layernorm_rows`].
+pub async fn layernorm_rows_unscaled(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    d: usize,
+    eps: f64,
+) -> Result<Shares, Error> {
+    layernorm_impl(ctx, x, rows, d, None, eps).await
+}
+
+/// [`layernorm_rows`] with an optional affine part (γ, β).
+async fn layernorm_impl(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    d: usize,
+    affine: Option<(&Shares, &Shares)>,
+    eps: f64,
+) -> Result<Shares, Error> {
     let total = rows
         .checked_mul(d)
         .ok_or(Error::misuse("rows·d overflows"))?;
-    if d == 0 || x.len() != total || gamma.len() != d || beta.len() != d {
+    if d == 0 || x.len() != total {
         return Err(Error::misuse("layernorm shapes do not match"));
     }
     let mut ctx = ctx.fork();
@@ -131,7 +176,6 @@ pub async fn layernorm_rows(
     let (a, b) = (CENTER_EXTRA_BITS, MEAN_LOW_BITS);
 
     let row_of: Vec<usize> = (0..total).map(|i| i / d).collect();
-    let col_of: Vec<usize> = (0..total).map(|i| i % d).collect();
 
     // 1. Mean, at f bits (squares) and f + a bits (γ branch), in one round.
     let inv_d = 1.0 / d as f64;
@@ -169,6 +213,12 @@ pub async fn layernorm_rows(
         let s = sq.sum_chunks(d)?.add_public_scalar(eps_total);
         rsqrt_scaled(c, &s, lo, hi, R_EXTRA_BITS, c_scale).await
     };
+    let Some((gamma, beta)) = affine else {
+        // 3'. y = trunc(xc'·r, f + 14): |xc'·r| ≤ √d, so the product stays far below 2^62.
+        let r = branch_a.await?;
+        return mul_trunc(&mut ctx, &xc_a, &r.gather(&row_of)?, f + a + R_EXTRA_BITS).await;
+    };
+    let col_of: Vec<usize> = (0..total).map(|i| i % d).collect();
     let branch_b = async {
         let c = &mut cb;
         mul_trunc(c, &xc_a, &gamma.gather(&col_of)?, f + a - XG_EXTRA_BITS).await
