@@ -58,14 +58,14 @@ impl Default for SecureSettings {
     }
 }
 
-/// One block's shared weights.
+/// One block's shared weights. ln_1's and ln_2's γ and β are folded into the linear layer
+/// each feeds (`attn_w`, `attn_b`, `fc_w`, `fc_b`; see [`encode_weights`]), so the block's
+/// LayerNorms run without their affine part.
 struct SharedBlock {
-    ln_1: (Shares, Shares),
     attn_w: Shares,
     attn_b: Shares,
     proj_w: Shares,
     proj_b: Shares,
-    ln_2: (Shares, Shares),
     fc_w: Shares,
     fc_b: Shares,
     fc_proj_w: Shares,
