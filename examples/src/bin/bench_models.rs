@@ -13,7 +13,8 @@
 //! The default is all five: 2 min 54 s on 2 cores at load average 7–8 from other jobs (23
 //! November), of which the two BERT shapes take about 100 s.
 //!
-//! A configuration is either run whole (all layers; the default for GPT-2 base only) or
+//! A configuration is either run whole (all layers; the default for GPT-2 base and Bert-Base,
+//! the shapes that fit in 24 GiB as three parties in one process) or
 //! measured with 1 and P layers (P = 3 for GPT-2, 2 for BERT) and scaled by the layer
 //! count: `f(L) = f(1) + (L − 1)·(f(P) − f(1))/(P − 1)` for time, bytes, rounds, peak
 //! memory and every breakdown entry (floored at the larger measured value, so that noisy
@@ -22,9 +23,8 @@
 //! either way (every layer costs the same); scaled times and memory are estimates. GPT-2
 //! medium and large do not fit whole as three parties in one 24 GiB process; Bert-Large's
 //! estimated peak (14–18 GB in two scaled runs) leaves no margin on such a machine.
-//! Bert-Base fits (`--models bert-base --whole`: the same bytes and rounds, peak RSS 5.76
-//! GB against the scaled 5.79–5.84 GB) but takes about three times as long as its two
-//! scaled runs.
+//! Bert-Base also runs scaled with `--scaled` (the same bytes and rounds, peak RSS 5.79–5.84
+//! GB against 5.76 GB whole, in about a third of the time).
 //! Every measured run is a fresh child process (this binary with `--single NAME LAYERS`), so
 //! that its peak resident set is its own.
 //!
@@ -151,13 +151,12 @@ impl Model {
         }
     }
 
-    /// Whether the whole model is run by default: GPT-2 base only. GPT-2 medium's weights
-    /// alone are ~17 GB as three parties' shares, large's more; Bert-Large's estimated
-    /// peak (14–18 GB) leaves no margin in 24 GiB. A whole Bert-Base run fits (5.8 GB) but
-    /// takes about three times as long as the scaled pair and gives the same bytes and
-    /// rounds.
+    /// Whether the whole model is run by default: the shapes that fit in 24 GiB as three
+    /// parties in one process, GPT-2 base (6.2 GB peak) and Bert-Base (5.8 GB). GPT-2
+    /// medium's weights alone are ~17 GB as three parties' shares, large's more;
+    /// Bert-Large's estimated peak (14–18 GB) leaves no margin.
     fn whole_by_default(self) -> bool {
-        self == Model::Gpt2(GPT2_BASE)
+        matches!(self, Model::Gpt2(GPT2_BASE) | Model::Bert(BERT_BASE))
     }
 
     /// The larger layer count measured for scaling (the smaller is 1).
