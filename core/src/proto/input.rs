@@ -119,11 +119,14 @@ pub async fn share_input_parts(
 /// of the message: the owner masks each vector in place as the iterator yields it (so it
 /// may encode it just then, and drop its plaintext), and the receiver copies each chunk into
 /// its pieces. Before chunk `k + 1` the owner waits for an empty record from the receiver
-/// sent in round `k`, which bounds how far the owner runs ahead. With
+/// sent in round `k`, which bounds how far the owner runs ahead; the owner's next party,
+/// which receives nothing else, waits for an empty record from the owner in each of those
+/// rounds, so that all three parties leave the sharing in the same round. With
 /// `chunk_words ≥ Σ sizes` it is exactly [`share_input_parts`] (one record, one round).
 ///
 /// Rounds: `K = max(1, ⌈Σ sizes / chunk_words⌉)`. Bytes: 8·Σ sizes from the owner, 0 from
-/// the others (plus `K − 1` empty records from the owner's previous party).
+/// the others (plus `K − 1` empty records from the owner's previous party to the owner, and
+/// `K − 1` from the owner to its next party).
 ///
 /// # Errors
 /// `Misuse` if `chunk_words` is 0, the owner passes no values, the iterator yields an error,
@@ -180,6 +183,7 @@ where
                         chunk.clear();
                         sent += 1;
                         if sent < chunks {
+                            ctx.send(me.next(), &[], Width::W64)?;
                             ctx.recv(me.prev(), 0, Width::W64).await?;
                         }
                     }
@@ -204,6 +208,9 @@ where
         (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
         (false, None) if me == owner.next() => {
             let fs = masks.ok_or(Error::bug("next party lacks the input mask"))?;
+            for _ in 1..chunks {
+                ctx.recv(owner, 0, Width::W64).await?;
+            }
             Ok(fs
                 .into_iter()
                 .zip(sizes)
@@ -272,8 +279,8 @@ mod tests {
     }
 
     /// Runs one sharing of `parts` owned by P1, then reveals every piece; returns the
-    /// revealed pieces, the frames and the rounds.
-    fn run(parts: &[Vec<u64>], mode: Mode) -> (Vec<Vec<u64>>, FrameLog, u32, [u64; 3]) {
+    /// revealed pieces, the frames and each party's rounds.
+    fn run(parts: &[Vec<u64>], mode: Mode) -> (Vec<Vec<u64>>, FrameLog, [u32; 3], [u64; 3]) {
         let frames: Frames = Rc::default();
         let log = frames.clone();
         let mut sim = Sim::new(5).with_fault(move |f| {
@@ -313,7 +320,7 @@ mod tests {
                 Ok(revealed)
             }
         });
-        let rounds = out.rounds();
+        let rounds = [0, 1, 2].map(|i| out.stats[i].rounds);
         let bytes = out.payload_bytes();
         let [a, b, c] = out.into_results().unwrap();
         assert_eq!(a, b);
@@ -358,13 +365,17 @@ mod tests {
             vec![1u64 << 63; 10],
             vec![],
         ];
-        let (one, _, r_one, b_one) = run(&parts, Mode::Parts);
+        let (one, _, per_one, b_one) = run(&parts, Mode::Parts);
+        let r_one = per_one[0];
         // 317 words: chunks of 7 words (46 rounds), of 100 (4) and of 317 exactly (1).
         for (chunk, rounds) in [(7usize, 46u32), (100, 4), (317, 1)] {
-            let (got, _, r, bytes) = run(&parts, Mode::Streamed(chunk));
+            let (got, _, per, bytes) = run(&parts, Mode::Streamed(chunk));
+            let r = per[0];
             assert_eq!(got, parts, "chunk {chunk}");
             assert_eq!(got, one);
             assert_eq!(r, r_one - 1 + rounds, "chunk {chunk}");
+            // Every party spends the same rounds on it.
+            assert_eq!(per, per_one.map(|x| x - 1 + rounds), "chunk {chunk}");
             // The same payload bytes from every party: the receiver's records are empty.
             assert_eq!(bytes, b_one, "chunk {chunk}");
         }
