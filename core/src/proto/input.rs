@@ -383,7 +383,8 @@ mod tests {
 
     #[test]
     fn streamed_rejects_bad_owner_input() {
-        let cases: Vec<(Vec<Result<Vec<u64>, Error>>, &str)> = vec![
+        type Owner = Vec<Result<Vec<u64>, Error>>;
+        let cases: Vec<(Owner, &str)> = vec![
             (vec![Ok(vec![1, 2]), Ok(vec![3])], "wrong length"),
             (vec![Ok(vec![1, 2])], "too few"),
             (
