@@ -20,9 +20,10 @@
 use std::path::{Path, PathBuf};
 
 use ndarray::{Array1, Array2};
-use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use safetensors::SafeTensors;
 
 use crate::config::{ConfigError, Gpt2Config};
+use crate::safetensors_reader::{TensorError, TensorReader};
 
 /// Why a checkpoint could not be loaded. Variants about one tensor name it.
 #[derive(Debug, thiserror::Error)]
@@ -290,120 +291,33 @@ pub fn load_gpt2(dir: &Path) -> Result<(Gpt2Config, Gpt2Weights), LoadError> {
     Ok((config, weights))
 }
 
-/// The prefix `GPT2LMHeadModel` puts before the names of its `GPT2Model`'s tensors.
-const PREFIX: &str = "transformer.";
+/// The prefixes tried before a tensor name: `GPT2LMHeadModel` puts `transformer.` before the
+/// names of its `GPT2Model`'s tensors, a bare `GPT2Model` nothing.
+const PREFIXES: &[&str] = &["transformer.", ""];
 
-/// The tensors of one file, looked up by unprefixed name.
-struct Reader<'a> {
-    st: SafeTensors<'a>,
-}
-
-impl<'a> Reader<'a> {
-    /// The tensor `name`, trying `transformer.{name}` first.
-    fn view(&self, name: &str) -> Result<TensorView<'a>, LoadError> {
-        self.st
-            .tensor(&format!("{PREFIX}{name}"))
-            .or_else(|_| self.st.tensor(name))
-            .map_err(|_| LoadError::MissingTensor {
-                name: name.to_owned(),
-            })
-    }
-
-    /// The data of `view` (named `name`) as `f64`, after checking its shape.
-    fn values(
-        name: &str,
-        view: &TensorView<'_>,
-        expected: &[usize],
-    ) -> Result<Vec<f64>, LoadError> {
-        if view.shape() != expected {
-            return Err(LoadError::Shape {
-                name: name.to_owned(),
-                expected: expected.to_vec(),
-                found: view.shape().to_vec(),
-            });
+impl From<TensorError> for LoadError {
+    fn from(e: TensorError) -> Self {
+        match e {
+            TensorError::Missing { name } => LoadError::MissingTensor { name },
+            TensorError::Shape {
+                name,
+                expected,
+                found,
+            } => LoadError::Shape {
+                name,
+                expected,
+                found,
+            },
+            TensorError::NonFinite { name } => LoadError::NonFinite { name },
+            TensorError::UnsupportedDtype { name, dtype } => {
+                LoadError::UnsupportedDtype { name, dtype }
+            }
+            TensorError::BadData { name, reason } => LoadError::BadFile {
+                what: format!("tensor {name}"),
+                reason,
+            },
         }
-        let values = to_f64(name, view)?;
-        if values.iter().any(|v| !v.is_finite()) {
-            return Err(LoadError::NonFinite {
-                name: name.to_owned(),
-            });
-        }
-        Ok(values)
     }
-
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Array2<f64>, LoadError> {
-        let view = self.view(name)?;
-        let values = Self::values(name, &view, &[rows, cols])?;
-        Array2::from_shape_vec((rows, cols), values).map_err(|_| LoadError::Shape {
-            name: name.to_owned(),
-            expected: vec![rows, cols],
-            found: view.shape().to_vec(),
-        })
-    }
-
-    fn vector(&self, name: &str, len: usize) -> Result<Array1<f64>, LoadError> {
-        let view = self.view(name)?;
-        Ok(Array1::from(Self::values(name, &view, &[len])?))
-    }
-
-    fn layer_norm(&self, prefix: &str, d: usize) -> Result<LayerNormWeights, LoadError> {
-        Ok(LayerNormWeights {
-            gamma: self.vector(&format!("{prefix}.weight"), d)?,
-            beta: self.vector(&format!("{prefix}.bias"), d)?,
-        })
-    }
-}
-
-/// Converts the little-endian data of `view` to `f64` (exactly: every supported dtype
-/// embeds in `f64`).
-fn to_f64(name: &str, view: &TensorView<'_>) -> Result<Vec<f64>, LoadError> {
-    let data = view.data();
-    let width = match view.dtype() {
-        Dtype::F64 => 8,
-        Dtype::F32 => 4,
-        Dtype::F16 | Dtype::BF16 => 2,
-        other => {
-            return Err(LoadError::UnsupportedDtype {
-                name: name.to_owned(),
-                dtype: format!("{other:?}"),
-            });
-        }
-    };
-    let numel = view
-        .shape()
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if numel.and_then(|n| n.checked_mul(width)) != Some(data.len()) {
-        return Err(LoadError::BadFile {
-            what: format!("tensor {name}"),
-            reason: format!(
-                "{} data bytes do not hold shape {:?} of {:?}",
-                data.len(),
-                view.shape(),
-                view.dtype()
-            ),
-        });
-    }
-    let out = match view.dtype() {
-        Dtype::F64 => data
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect(),
-        Dtype::F32 => data
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        Dtype::F16 => data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        // The only remaining width-2 dtype accepted above.
-        _ => data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-    };
-    Ok(out)
 }
 
 fn load_from_bytes(
@@ -416,7 +330,7 @@ fn load_from_bytes(
         what: what.to_owned(),
         reason: e.to_string(),
     })?;
-    let r = Reader { st };
+    let r = TensorReader::new(st, PREFIXES);
     let (d, inner, vocab) = (config.n_embd, config.n_inner, config.vocab_size);
     let three_d = d.saturating_mul(3);
     let wte = r.matrix("wte.weight", vocab, d)?;
@@ -438,18 +352,11 @@ fn load_from_bytes(
         });
     }
     let ln_f = r.layer_norm("ln_f", d)?;
-    // The LM head is never prefixed (it belongs to GPT2LMHeadModel, not GPT2Model).
-    let lm_head = match r.st.tensor("lm_head.weight") {
-        Err(_) => None,
-        Ok(view) => {
-            let name = "lm_head.weight";
-            let values = Reader::values(name, &view, &[vocab, d])?;
-            let head =
-                Array2::from_shape_vec((vocab, d), values).map_err(|_| LoadError::Shape {
-                    name: name.to_owned(),
-                    expected: vec![vocab, d],
-                    found: view.shape().to_vec(),
-                })?;
+    // The LM head belongs to GPT2LMHeadModel, not GPT2Model: a file has it unprefixed.
+    let lm_head = match r.find("lm_head.weight") {
+        None => None,
+        Some(_) => {
+            let head = r.matrix("lm_head.weight", vocab, d)?;
             (head != wte).then_some(head)
         }
     };

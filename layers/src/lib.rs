@@ -46,6 +46,7 @@ pub mod gpt2;
 pub mod kernel;
 pub mod llama;
 pub mod plain;
+mod safetensors_reader;
 mod tensor;
 pub mod tokenizer;
 pub mod wordpiece;

@@ -10,11 +10,12 @@
 use std::path::Path;
 
 use ndarray::{Array1, Array2};
-use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use safetensors::SafeTensors;
 
 use super::config::{BertConfig, BertFlavor};
 use super::error::BertError;
 use crate::checkpoint::LayerNormWeights;
+use crate::safetensors_reader::{TensorError, TensorReader};
 
 /// A linear map `y = x · w + b` with `w` of `in × out`.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,138 +114,62 @@ pub fn load_bert(dir: &Path) -> Result<(BertConfig, BertWeights), BertError> {
     Ok((config, weights))
 }
 
-/// The tensors of one file, looked up by unprefixed name.
-struct Reader<'a> {
-    st: SafeTensors<'a>,
-}
+/// The prefixes tried before a tensor name: `BertModel` and `RobertaModel` heads put
+/// `bert.` or `roberta.` before their encoder's tensors, a bare encoder nothing.
+const PREFIXES: &[&str] = &["bert.", "roberta.", ""];
 
-impl<'a> Reader<'a> {
-    fn find(&self, name: &str) -> Option<TensorView<'a>> {
-        ["bert.", "roberta.", ""]
-            .iter()
-            .find_map(|p| self.st.tensor(&format!("{p}{name}")).ok())
-    }
-
-    fn view(&self, name: &str) -> Result<TensorView<'a>, BertError> {
-        self.find(name).ok_or_else(|| BertError::MissingTensor {
-            name: name.to_owned(),
-        })
-    }
-
-    fn values(
-        name: &str,
-        view: &TensorView<'_>,
-        expected: &[usize],
-    ) -> Result<Vec<f64>, BertError> {
-        if view.shape() != expected {
-            return Err(BertError::Shape {
-                name: name.to_owned(),
-                expected: expected.to_vec(),
-                found: view.shape().to_vec(),
-            });
-        }
-        let values = to_f64(name, view)?;
-        if values.iter().any(|v| !v.is_finite()) {
-            return Err(BertError::NonFinite {
-                name: name.to_owned(),
-            });
-        }
-        Ok(values)
-    }
-
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Array2<f64>, BertError> {
-        let view = self.view(name)?;
-        let values = Self::values(name, &view, &[rows, cols])?;
-        Array2::from_shape_vec((rows, cols), values).map_err(|_| BertError::Shape {
-            name: name.to_owned(),
-            expected: vec![rows, cols],
-            found: view.shape().to_vec(),
-        })
-    }
-
-    fn vector(&self, name: &str, len: usize) -> Result<Array1<f64>, BertError> {
-        let view = self.view(name)?;
-        Ok(Array1::from(Self::values(name, &view, &[len])?))
-    }
-
-    /// `prefix.weight` (`[out, in]` in the file) transposed, and `prefix.bias`.
-    fn linear(&self, prefix: &str, input: usize, output: usize) -> Result<Linear, BertError> {
-        let w = self.matrix(&format!("{prefix}.weight"), output, input)?;
-        Ok(Linear {
-            w: w.t().as_standard_layout().into_owned(),
-            b: self.vector(&format!("{prefix}.bias"), output)?,
-        })
-    }
-
-    /// A linear layer whose output width is read from the file (classification heads).
-    fn head(&self, prefix: &str, input: usize) -> Result<Option<Linear>, BertError> {
-        match self.find(&format!("{prefix}.weight")) {
-            None => Ok(None),
-            Some(v) => match v.shape() {
-                [out, _] => self.linear(prefix, input, *out).map(Some),
-                found => Err(BertError::Shape {
-                    name: format!("{prefix}.weight"),
-                    expected: vec![0, input],
-                    found: found.to_vec(),
-                }),
+impl From<TensorError> for BertError {
+    fn from(e: TensorError) -> Self {
+        match e {
+            TensorError::Missing { name } => BertError::MissingTensor { name },
+            TensorError::Shape {
+                name,
+                expected,
+                found,
+            } => BertError::Shape {
+                name,
+                expected,
+                found,
+            },
+            TensorError::NonFinite { name } => BertError::NonFinite { name },
+            TensorError::UnsupportedDtype { name, dtype } => {
+                BertError::UnsupportedDtype { name, dtype }
+            }
+            TensorError::BadData { name, reason } => BertError::BadFile {
+                what: format!("tensor {name}"),
+                reason,
             },
         }
     }
-
-    fn layer_norm(&self, prefix: &str, d: usize) -> Result<LayerNormWeights, BertError> {
-        Ok(LayerNormWeights {
-            gamma: self.vector(&format!("{prefix}.weight"), d)?,
-            beta: self.vector(&format!("{prefix}.bias"), d)?,
-        })
-    }
 }
 
-/// Converts the little-endian data of `view` to `f64` (exact for every accepted dtype).
-fn to_f64(name: &str, view: &TensorView<'_>) -> Result<Vec<f64>, BertError> {
-    let data = view.data();
-    let width = match view.dtype() {
-        Dtype::F64 => 8,
-        Dtype::F32 => 4,
-        Dtype::F16 | Dtype::BF16 => 2,
-        other => {
-            return Err(BertError::UnsupportedDtype {
-                name: name.to_owned(),
-                dtype: format!("{other:?}"),
-            });
-        }
-    };
-    let numel = view
-        .shape()
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if numel.and_then(|n| n.checked_mul(width)) != Some(data.len()) {
-        return Err(BertError::BadFile {
-            what: format!("tensor {name}"),
-            reason: format!(
-                "{} data bytes do not hold shape {:?}",
-                data.len(),
-                view.shape()
-            ),
-        });
-    }
-    Ok(match view.dtype() {
-        Dtype::F64 => data
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect(),
-        Dtype::F32 => data
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        Dtype::F16 => data
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        _ => data
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
+/// `prefix.weight` (`[out, in]` in the file) transposed, and `prefix.bias`.
+fn linear(
+    r: &TensorReader<'_>,
+    prefix: &str,
+    input: usize,
+    output: usize,
+) -> Result<Linear, BertError> {
+    let w = r.matrix(&format!("{prefix}.weight"), output, input)?;
+    Ok(Linear {
+        w: w.t().as_standard_layout().into_owned(),
+        b: r.vector(&format!("{prefix}.bias"), output)?,
     })
+}
+
+/// A linear layer whose output width is read from the file (classification heads).
+fn head(r: &TensorReader<'_>, prefix: &str, input: usize) -> Result<Option<Linear>, BertError> {
+    match r.find(&format!("{prefix}.weight")) {
+        None => Ok(None),
+        Some(v) => match v.shape() {
+            [out, _] => linear(r, prefix, input, *out).map(Some),
+            found => Err(BertError::Shape {
+                name: format!("{prefix}.weight"),
+                expected: vec![0, input],
+                found: found.to_vec(),
+            }),
+        },
+    }
 }
 
 fn load(bytes: &[u8], cfg: &BertConfig, what: &str) -> Result<BertWeights, BertError> {
@@ -253,7 +178,7 @@ fn load(bytes: &[u8], cfg: &BertConfig, what: &str) -> Result<BertWeights, BertE
         what: what.to_owned(),
         reason: e.to_string(),
     })?;
-    let r = Reader { st };
+    let r = TensorReader::new(st, PREFIXES);
     let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
     let word = r.matrix("embeddings.word_embeddings.weight", cfg.vocab_size, d)?;
     let position = r.matrix(
@@ -271,13 +196,13 @@ fn load(bytes: &[u8], cfg: &BertConfig, what: &str) -> Result<BertWeights, BertE
     for i in 0..cfg.num_hidden_layers {
         let p = format!("encoder.layer.{i}");
         layers.push(BertLayer {
-            query: r.linear(&format!("{p}.attention.self.query"), d, d)?,
-            key: r.linear(&format!("{p}.attention.self.key"), d, d)?,
-            value: r.linear(&format!("{p}.attention.self.value"), d, d)?,
-            attn_out: r.linear(&format!("{p}.attention.output.dense"), d, d)?,
+            query: linear(&r, &format!("{p}.attention.self.query"), d, d)?,
+            key: linear(&r, &format!("{p}.attention.self.key"), d, d)?,
+            value: linear(&r, &format!("{p}.attention.self.value"), d, d)?,
+            attn_out: linear(&r, &format!("{p}.attention.output.dense"), d, d)?,
             attn_ln: r.layer_norm(&format!("{p}.attention.output.LayerNorm"), d)?,
-            inter: r.linear(&format!("{p}.intermediate.dense"), d, inner)?,
-            out: r.linear(&format!("{p}.output.dense"), inner, d)?,
+            inter: linear(&r, &format!("{p}.intermediate.dense"), d, inner)?,
+            out: linear(&r, &format!("{p}.output.dense"), inner, d)?,
             out_ln: r.layer_norm(&format!("{p}.output.LayerNorm"), d)?,
         });
     }
@@ -285,15 +210,15 @@ fn load(bytes: &[u8], cfg: &BertConfig, what: &str) -> Result<BertWeights, BertE
         cfg.flavor == BertFlavor::Roberta && r.find("classifier.dense.weight").is_some();
     let (pooler, classifier) = if roberta_head {
         (
-            Some(r.linear("classifier.dense", d, d)?),
-            r.head("classifier.out_proj", d)?,
+            Some(linear(&r, "classifier.dense", d, d)?),
+            head(&r, "classifier.out_proj", d)?,
         )
     } else {
         let pooler = match r.find("pooler.dense.weight") {
-            Some(_) => Some(r.linear("pooler.dense", d, d)?),
+            Some(_) => Some(linear(&r, "pooler.dense", d, d)?),
             None => None,
         };
-        (pooler, r.head("classifier", d)?)
+        (pooler, head(&r, "classifier", d)?)
     };
     if classifier.is_some() && pooler.is_none() {
         return Err(BertError::MissingTensor {
