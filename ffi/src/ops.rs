@@ -25,7 +25,8 @@ pub const PUMA_GELU_PRECISE_ERF: u32 = 2;
 pub const PUMA_GELU_PRECISE_TANH: u32 = 3;
 
 /// The exponential inside softmax: the second-order base with 8 squarings (max error
-/// 3.5e-6), as in the secure GPT-2.
+/// 3.5e-6). The models default to the cheaper minimax form since; the C ABI keeps this
+/// one so that its documented costs and tolerances stay what callers were promised.
 const SOFTMAX_EXP: ExpApprox = ExpApprox::Taylor2 { squarings: 8 };
 
 /// Borrows an operand tensor and checks that it belongs to the session's party.

@@ -335,7 +335,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
 /// as the `bert` binary does with `--synthetic`: P1 owns the model (seeded random weights
 /// with pooler and a 2-label head, both shared but not evaluated), P0 is the client and
 /// learns the mean-pooled, normalised sentence embedding; default settings (precise GeLU,
-/// softmax exponential with 8 squarings).
+/// minimax softmax exponential).
 fn run_bert(shape: BertShape, layers: usize) -> Result<Figures, String> {
     let model = Arc::new(synthetic_model(shape.config(layers), 2, 2024));
     let baseline_rss = rss().unwrap_or(0) as f64;

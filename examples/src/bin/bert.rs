@@ -90,9 +90,10 @@ struct Args {
     /// What the client learns.
     #[arg(long, value_enum, default_value_t = Task::Embed)]
     task: Task,
-    /// Squarings of softmax's second-order exponential (4..=12; 2 rounds each).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(4..=12))]
-    softmax_squarings: u32,
+    /// Softmax's exponential as the second-order base with this many squarings (4..=12;
+    /// 2 rounds each) instead of the default minimax polynomial (11 rounds).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(4..=12))]
+    softmax_squarings: Option<u32>,
     /// The GeLU approximation.
     #[arg(long, value_enum, default_value_t = Gelu::Precise)]
     gelu: Gelu,
@@ -250,8 +251,9 @@ fn run(args: &Args) -> Result<(), String> {
         },
     };
     let settings = SecureSettings {
-        softmax_exp: ExpApprox::Taylor2 {
-            squarings: args.softmax_squarings,
+        softmax_exp: match args.softmax_squarings {
+            Some(squarings) => ExpApprox::Taylor2 { squarings },
+            None => ExpApprox::Minimax,
         },
         gelu: match args.gelu {
             Gelu::Precise => GeluApprox::Precise,
@@ -373,7 +375,10 @@ fn to_json(
         "share_model_bytes_per_party": r.share_model.map(|s| s.0),
         "costs_per_party": [costs_json(&r.client.costs), costs_json(&r.others[0]), costs_json(&r.others[1])],
         "settings": {
-            "softmax_exp": format!("taylor2 t={}", args.softmax_squarings),
+            "softmax_exp": match args.softmax_squarings {
+                Some(t) => format!("taylor2 t={t}"),
+                None => "minimax".to_owned(),
+            },
             "gelu": format!("{:?}", args.gelu).to_lowercase(),
         },
     })

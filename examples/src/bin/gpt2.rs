@@ -62,6 +62,9 @@ impl Mode {
 /// The exponential inside softmax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SoftmaxExp {
+    /// A degree-12 minimax polynomial of e^(x/2), squared once (11 rounds; ignores
+    /// --softmax-squarings).
+    Minimax,
     /// (1 + y + y²/2)^(2^t), y = x/2^t: second-order base, t ≥ 4.
     Taylor2,
     /// PUMA's (1 + x/2^t)^(2^t), t ≥ 3.
@@ -71,6 +74,7 @@ enum SoftmaxExp {
 impl SoftmaxExp {
     fn name(self) -> &'static str {
         match self {
+            SoftmaxExp::Minimax => "minimax",
             SoftmaxExp::Taylor2 => "taylor2",
             SoftmaxExp::Puma => "puma",
         }
@@ -130,11 +134,11 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Mode::RevealLogits)]
     output_mode: Mode,
     /// Squarings in softmax's exponential (more is more accurate; 2 rounds each):
-    /// 4..=12 for taylor2, 3..=12 for puma.
+    /// 4..=12 for taylor2, 3..=12 for puma; unused by minimax.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(3..=12))]
     softmax_squarings: u32,
     /// The exponential inside softmax.
-    #[arg(long, value_enum, default_value_t = SoftmaxExp::Taylor2)]
+    #[arg(long, value_enum, default_value_t = SoftmaxExp::Minimax)]
     softmax_exp: SoftmaxExp,
     /// The GeLU approximation (puma: PUMA's cheaper polynomial, ~100× the logit error).
     #[arg(long, value_enum, default_value_t = Gelu::Precise)]
@@ -226,6 +230,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         mode: mode.output_mode(),
         settings: SecureSettings {
             softmax_exp: match args.softmax_exp {
+                SoftmaxExp::Minimax => ExpApprox::Minimax,
                 SoftmaxExp::Taylor2 => ExpApprox::Taylor2 {
                     squarings: args.softmax_squarings,
                 },
@@ -264,10 +269,12 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             ),
         }
         println!(
-            "3 parties in memory: P0 client (prompt, output), P1 model owner (weights), P2 helper; output mode {}, softmax exp {} with {} squarings, GeLU {}",
+            "3 parties in memory: P0 client (prompt, output), P1 model owner (weights), P2 helper; output mode {}, softmax exp {}, GeLU {}",
             mode.name(),
-            args.softmax_exp.name(),
-            args.softmax_squarings,
+            match args.softmax_exp {
+                SoftmaxExp::Minimax => "minimax".to_owned(),
+                e => format!("{} with {} squarings", e.name(), args.softmax_squarings),
+            },
             args.gelu.name(),
         );
     }

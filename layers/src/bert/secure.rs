@@ -37,7 +37,7 @@ pub struct SecureSettings {
 impl Default for SecureSettings {
     fn default() -> Self {
         SecureSettings {
-            softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
+            softmax_exp: ExpApprox::Minimax,
             gelu: GeluApprox::Precise,
         }
     }

@@ -51,7 +51,7 @@ pub struct SecureSettings {
 impl Default for SecureSettings {
     fn default() -> Self {
         SecureSettings {
-            softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
+            softmax_exp: ExpApprox::Minimax,
             logit_compare_width: Width::W64,
             gelu: GeluApprox::Precise,
         }

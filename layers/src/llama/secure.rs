@@ -47,7 +47,7 @@ impl Default for LlamaSettings {
     fn default() -> Self {
         LlamaSettings {
             silu: SiluApprox::Precise,
-            softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
+            softmax_exp: ExpApprox::Minimax,
             logit_compare_width: Width::W64,
             residual_bound: 32768.0,
         }
