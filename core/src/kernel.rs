@@ -4,9 +4,14 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 // Compiled only on Rust 1.89+ (see build.rs), where the AVX-512 intrinsics are stable.
+#[cfg(all(target_arch = "x86_64", puma_avx2))]
+#[clippy::msrv = "1.89"]
+mod avx2;
 #[cfg(all(target_arch = "x86_64", puma_avx512))]
 #[clippy::msrv = "1.89"]
 mod avx512;
+#[cfg(all(target_arch = "x86_64", any(puma_avx512, puma_avx2)))]
+mod x86;
 
 /// Ring matrix multiplication over Z_2^64 (wrapping), row-major.
 pub trait MatmulKernel: Send + Sync {
@@ -120,31 +125,87 @@ impl MatmulKernel for PortableKernel {
     }
 }
 
+/// A single-threaded ring matmul implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    /// 64-bit lane products (`vpmullq`) on x86-64 CPUs with AVX-512 F and DQ.
+    Avx512,
+    /// 64-bit products from 32-bit ones (`vpmuludq`) on x86-64 CPUs with AVX2.
+    Avx2,
+    /// [`PortableKernel`].
+    Portable,
+}
+
 /// The fastest single-threaded kernel this CPU supports, chosen once at construction:
-/// an AVX-512 kernel on x86-64 CPUs with AVX-512 F and DQ, [`PortableKernel`] otherwise.
+/// AVX-512 where the CPU has AVX-512 F and DQ, else AVX2, else [`PortableKernel`].
 #[derive(Clone, Copy, Debug)]
 pub struct DetectedKernel {
-    avx512: bool,
+    kind: KernelKind,
 }
 
 impl DetectedKernel {
     /// Probes the CPU (CPUID and XCR0; no OS or std needed).
     pub fn new() -> DetectedKernel {
         #[cfg(all(target_arch = "x86_64", puma_avx512))]
-        let avx512 = avx512::detected();
-        #[cfg(not(all(target_arch = "x86_64", puma_avx512)))]
-        let avx512 = false;
-        DetectedKernel { avx512 }
+        if avx512::detected() {
+            return DetectedKernel {
+                kind: KernelKind::Avx512,
+            };
+        }
+        DetectedKernel::avx2().unwrap_or_else(DetectedKernel::portable)
+    }
+
+    /// The AVX2 kernel, if this CPU has AVX2 (also where AVX-512 would be chosen: for
+    /// comparisons and tests).
+    pub fn avx2() -> Option<DetectedKernel> {
+        #[cfg(all(target_arch = "x86_64", puma_avx2))]
+        if avx2::detected() {
+            return Some(DetectedKernel {
+                kind: KernelKind::Avx2,
+            });
+        }
+        None
     }
 
     /// The portable kernel even where SIMD is available (for comparisons).
     pub fn portable() -> DetectedKernel {
-        DetectedKernel { avx512: false }
+        DetectedKernel {
+            kind: KernelKind::Portable,
+        }
+    }
+
+    /// The implementation in use.
+    pub fn kind(&self) -> KernelKind {
+        self.kind
     }
 
     /// Whether the AVX-512 kernel is in use.
     pub fn uses_avx512(&self) -> bool {
-        self.avx512
+        self.kind == KernelKind::Avx512
+    }
+
+    /// `c += a · b` with `b` of row stride `ldb` and `c` of row stride `ldc` (the SIMD
+    /// kernels' common entry); false if no SIMD kernel is in use.
+    #[allow(clippy::too_many_arguments, unused_variables)]
+    fn simd_acc(
+        &self,
+        a: &[u64],
+        b: &[u64],
+        ldb: usize,
+        c: &mut [u64],
+        ldc: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> bool {
+        match self.kind {
+            #[cfg(all(target_arch = "x86_64", puma_avx512))]
+            KernelKind::Avx512 => avx512::matmul_acc(a, b, ldb, c, ldc, m, k, n),
+            #[cfg(all(target_arch = "x86_64", puma_avx2))]
+            KernelKind::Avx2 => avx2::matmul_acc(a, b, ldb, c, ldc, m, k, n),
+            _ => return false,
+        }
+        true
     }
 }
 
@@ -156,21 +217,23 @@ impl Default for DetectedKernel {
 
 impl MatmulKernel for DetectedKernel {
     fn matmul_acc(&self, a: &[u64], b: &[u64], c: &mut [u64], m: usize, k: usize, n: usize) {
-        #[cfg(all(target_arch = "x86_64", puma_avx512))]
-        if self.avx512 {
-            if m == 0 || n == 0 || k == 0 {
-                return;
-            }
-            if let (Some(a), Some(b), Some(c)) = (
-                a.get(..m.saturating_mul(k)),
-                b.get(..k.saturating_mul(n)),
-                c.get_mut(..m.saturating_mul(n)),
-            ) {
-                avx512::matmul_acc(a, b, n, c, n, m, k, n);
-            }
+        if self.kind == KernelKind::Portable {
+            return PortableKernel.matmul_acc(a, b, c, m, k, n);
+        }
+        if m == 0 || n == 0 || k == 0 {
             return;
         }
-        PortableKernel.matmul_acc(a, b, c, m, k, n);
+        // Short slices break the callers' guarantee: nothing is computed, as in
+        // `PortableKernel`.
+        if let (Some(a), Some(b), Some(c)) = (
+            a.get(..m.saturating_mul(k)),
+            b.get(..k.saturating_mul(n)),
+            c.get_mut(..m.saturating_mul(n)),
+        ) {
+            if !self.simd_acc(a, b, n, c, n, m, k, n) {
+                PortableKernel.matmul_acc(a, b, c, m, k, n);
+            }
+        }
     }
 
     fn matmul_acc_cols(
@@ -183,23 +246,24 @@ impl MatmulKernel for DetectedKernel {
         n: usize,
         cols: Range<usize>,
     ) {
-        #[cfg(all(target_arch = "x86_64", puma_avx512))]
-        if self.avx512 {
-            let w = cols.end.saturating_sub(cols.start);
-            if m == 0 || w == 0 || k == 0 || cols.end > n {
-                return;
-            }
-            // The band starts at column `cols.start` of row 0 and ends inside row k-1.
-            if let (Some(a), Some(b), Some(c)) = (
-                a.get(..m.saturating_mul(k)),
-                b.get(cols.start..(k - 1).saturating_mul(n).saturating_add(cols.end)),
-                c.get_mut(..m.saturating_mul(w)),
-            ) {
-                avx512::matmul_acc(a, b, n, c, w, m, k, w);
-            }
+        if self.kind == KernelKind::Portable {
+            return PortableKernel.matmul_acc_cols(a, b, c, m, k, n, cols);
+        }
+        let w = cols.end.saturating_sub(cols.start);
+        if m == 0 || w == 0 || k == 0 || cols.end > n {
             return;
         }
-        PortableKernel.matmul_acc_cols(a, b, c, m, k, n, cols);
+        // The band starts at column `cols.start` of row 0 and ends inside row k-1.
+        let (Some(a_used), Some(band), Some(c_used)) = (
+            a.get(..m.saturating_mul(k)),
+            b.get(cols.start..(k - 1).saturating_mul(n).saturating_add(cols.end)),
+            c.get_mut(..m.saturating_mul(w)),
+        ) else {
+            return;
+        };
+        if !self.simd_acc(a_used, band, n, c_used, w, m, k, w) {
+            PortableKernel.matmul_acc_cols(a, b, c, m, k, n, cols);
+        }
     }
 }
 
@@ -248,8 +312,8 @@ mod tests {
             proptest::prop_assert_eq!(got, want);
         }
 
-        /// Depths across the SIMD kernel's cache block (128) and row counts across its
-        /// packing threshold and register tile (8).
+        /// Depths across the SIMD kernels' cache blocks (128, 256) and row counts across
+        /// their packing thresholds and register tiles (8, 2).
         #[test]
         fn detected_kernel_equals_the_naive_product(m in 0usize..27, k in 0usize..300, n in 0usize..50, seed: u64) {
             let mut s = seed;
@@ -262,10 +326,20 @@ mod tests {
             let c0: alloc::vec::Vec<u64> = (0..m * n).map(|_| next()).collect();
             let mut want = c0.clone();
             naive(&a, &b, &mut want, m, k, n);
-            let mut got = c0;
-            DetectedKernel::new().matmul_acc(&a, &b, &mut got, m, k, n);
-            proptest::prop_assert_eq!(got, want);
+            for kernel in simd_kernels() {
+                let mut got = c0.clone();
+                kernel.matmul_acc(&a, &b, &mut got, m, k, n);
+                proptest::prop_assert_eq!(&got, &want, "{:?}", kernel.kind());
+            }
         }
+    }
+
+    /// The detected kernel and, where the CPU has it, the AVX2 kernel (which AVX-512 CPUs
+    /// would not use otherwise).
+    fn simd_kernels() -> alloc::vec::Vec<DetectedKernel> {
+        core::iter::once(DetectedKernel::new())
+            .chain(DetectedKernel::avx2())
+            .collect()
     }
 
     #[test]
@@ -283,19 +357,23 @@ mod tests {
                 .chunks_exact(n)
                 .flat_map(|row| row[cols.clone()].iter().map(|x| x.wrapping_add(1)))
                 .collect();
-            for kernel in [DetectedKernel::new(), DetectedKernel::portable()] {
+            for kernel in simd_kernels()
+                .into_iter()
+                .chain([DetectedKernel::portable()])
+            {
                 let mut got = alloc::vec![1u64; m * w];
                 kernel.matmul_acc_cols(&a, &b, &mut got, m, k, n, cols.clone());
-                assert_eq!(got, want, "cols {cols:?}, avx512 {}", kernel.uses_avx512());
+                assert_eq!(got, want, "cols {cols:?}, {:?}", kernel.kind());
             }
         }
     }
 
     #[test]
     fn detected_kernel_crosses_column_blocks() {
-        // n past the SIMD kernel's 1024-column cache block, with and without B packing.
-        for m in [1, 3, 9, 17] {
-            let (k, n) = (130, 2 * 1024 + 37);
+        // n past the SIMD kernels' 1024- and 512-column cache blocks and k past their
+        // 128- and 256-deep ones, with and without B packing.
+        for m in [1, 2, 3, 9, 17] {
+            let (k, n) = (260, 2 * 1024 + 37);
             let a: alloc::vec::Vec<u64> = (0..m * k)
                 .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
                 .collect();
@@ -304,9 +382,11 @@ mod tests {
                 .collect();
             let mut want = alloc::vec![7u64; m * n];
             naive(&a, &b, &mut want, m, k, n);
-            let mut got = alloc::vec![7u64; m * n];
-            DetectedKernel::new().matmul_acc(&a, &b, &mut got, m, k, n);
-            assert_eq!(got, want, "m = {m}");
+            for kernel in simd_kernels() {
+                let mut got = alloc::vec![7u64; m * n];
+                kernel.matmul_acc(&a, &b, &mut got, m, k, n);
+                assert_eq!(got, want, "m = {m}, {:?}", kernel.kind());
+            }
         }
     }
 

@@ -88,14 +88,16 @@ fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn ratio_table() {
     let kernel = ring_kernel();
+    // The portable kernel on the same threads, to show what the SIMD kernel buys.
+    let portable = ThreadedKernel::with_inner(Arc::new(DetectedKernel::portable()), threads());
     println!(
-        "ring kernel: {} thread(s), AVX-512: {}",
+        "ring kernel: {} thread(s), {:?}",
         kernel.threads(),
-        DetectedKernel::new().uses_avx512()
+        DetectedKernel::new().kind()
     );
     println!(
-        "{:<24} {:>10} {:>10} {:>7} {:>11} {:>11}",
-        "shape", "ring ms", "f64 ms", "ratio", "ring GMAC/s", "f64 GMAC/s"
+        "{:<24} {:>10} {:>10} {:>7} {:>11} {:>11} {:>12}",
+        "shape", "ring ms", "f64 ms", "ratio", "ring GMAC/s", "f64 GMAC/s", "portable ms"
     );
     for (name, m, k, n) in SHAPES {
         let (a, b, af, bf) = inputs(m, k, n);
@@ -104,14 +106,16 @@ fn ratio_table() {
         let reps = 7;
         let ring = best_of(reps, || kernel.matmul_acc(&a, &b, &mut c, m, k, n));
         let f64t = best_of(reps, || dgemm(&af, &bf, &mut cf, m, k, n));
+        let port = best_of(reps, || portable.matmul_acc(&a, &b, &mut c, m, k, n));
         let macs = (m * k * n) as f64;
         println!(
-            "{name:<24} {:>10.3} {:>10.3} {:>7.2} {:>11.2} {:>11.2}",
+            "{name:<24} {:>10.3} {:>10.3} {:>7.2} {:>11.2} {:>11.2} {:>12.3}",
             ring * 1e3,
             f64t * 1e3,
             ring / f64t,
             macs / ring / 1e9,
-            macs / f64t / 1e9
+            macs / f64t / 1e9,
+            port * 1e3
         );
         black_box((&c, &cf));
     }

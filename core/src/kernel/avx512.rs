@@ -16,6 +16,8 @@ use core::arch::x86_64::{
     _mm512_setzero_si512,
 };
 
+use super::x86;
+
 /// Rows of the register tile.
 const MR: usize = 8;
 /// Columns of the register tile (two vectors of 8 lanes).
@@ -27,32 +29,10 @@ const NC: usize = 1024;
 
 /// Whether this CPU and OS support the AVX-512 F and DQ instructions the kernel uses.
 pub(super) fn detected() -> bool {
-    // CPUID leaf 1 ECX bit 27: the OS enabled XSAVE/XGETBV; leaf 7 EBX bits 16/17: AVX-512
-    // F/DQ. XCR0 bits 1, 2, 5, 6, 7: the OS saves SSE, AVX and all AVX-512 state.
-    let leaf1 = core::arch::x86_64::__cpuid(1);
-    if leaf1.ecx & (1 << 27) == 0 {
-        return false;
-    }
-    let max_leaf = core::arch::x86_64::__cpuid(0).eax;
-    if max_leaf < 7 {
-        return false;
-    }
-    let leaf7 = core::arch::x86_64::__cpuid_count(7, 0);
+    // CPUID leaf 7 EBX bits 16/17: AVX-512 F/DQ. XCR0 bits 1, 2, 5, 6, 7: the OS saves
+    // SSE, AVX and all AVX-512 state.
     let f_dq = (1 << 16) | (1 << 17);
-    if leaf7.ebx & f_dq != f_dq {
-        return false;
-    }
-    // SAFETY: OSXSAVE (checked above) means the OS enabled XGETBV, so the instruction
-    // cannot fault.
-    let xcr0 = unsafe { xcr0() };
-    xcr0 & 0xe6 == 0xe6
-}
-
-/// Reads XCR0.
-#[target_feature(enable = "xsave")]
-unsafe fn xcr0() -> u64 {
-    // SAFETY: the caller checked OSXSAVE.
-    unsafe { core::arch::x86_64::_xgetbv(0) }
+    x86::leaf7_ebx().is_some_and(|ebx| ebx & f_dq == f_dq) && x86::os_saves(0xe6)
 }
 
 /// `c += a · b` (wrapping) for `a` `m×k` row-major, `b` `k×n` with row stride `ldb`,
