@@ -11,6 +11,8 @@ mod avx2;
 #[clippy::msrv = "1.89"]
 mod avx512;
 #[cfg(all(target_arch = "x86_64", any(puma_avx512, puma_avx2)))]
+mod blocking;
+#[cfg(all(target_arch = "x86_64", any(puma_avx512, puma_avx2)))]
 mod x86;
 
 /// Ring matrix multiplication over Z_2^64 (wrapping), row-major.

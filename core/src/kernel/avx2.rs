@@ -18,6 +18,7 @@ use core::arch::x86_64::{
     _mm256_srli_epi64, _mm256_storeu_si256,
 };
 
+use super::blocking::{Plan, for_each_tile};
 use super::x86;
 
 /// Rows of the register tile.
@@ -66,32 +67,15 @@ pub(super) fn matmul_acc(
         return;
     }
     // Past the branch above at least two row tiles share each block of B: it is packed.
-    let mut packed = alloc::vec![0u64; KC.min(k) * NC.min(n.div_ceil(NR) * NR)];
-    let mut jc = 0;
-    while jc < n {
-        let nc = NC.min(n - jc);
-        let mut pc = 0;
-        while pc < k {
-            let kc = KC.min(k - pc);
-            pack_b(b, ldb, pc, kc, jc, nc, &mut packed);
-            let mut jr = 0;
-            while jr < nc {
-                let nr = NR.min(nc - jr);
-                let (panel, ld_panel): (&[u64], usize) = (&packed[jr * kc..], NR);
-                let mut ir = 0;
-                while ir < m {
-                    let mr = MR.min(m - ir);
-                    let a_tile = &a[ir * k + pc..];
-                    let c_tile = &mut c[ir * ldc + jc + jr..];
-                    tile(mr, nr, kc, a_tile, k, panel, ld_panel, c_tile, ldc);
-                    ir += mr;
-                }
-                jr += nr;
-            }
-            pc += kc;
-        }
-        jc += nc;
-    }
+    let plan = Plan {
+        mr: MR,
+        nr: NR,
+        kc: KC,
+        nc: NC,
+    };
+    for_each_tile(&plan, true, a, b, ldb, c, ldc, (m, k, n), |t| {
+        tile(t.mr, t.nr, t.kc, t.a, t.lda, t.b, t.ldb, t.c, t.ldc)
+    });
 }
 
 /// Columns of C accumulated at once by [`row_acc`]: its two accumulator rows (8 KiB)
@@ -143,24 +127,6 @@ unsafe fn axpy_split(x: u64, y: &[u64], low: &mut [u64], cross: &mut [u64]) {
             let cr = _mm256_loadu_si256(cp.add(j).cast());
             _mm256_storeu_si256(lp.add(j).cast(), _mm256_add_epi64(lo, l));
             _mm256_storeu_si256(cp.add(j).cast(), _mm256_add_epi64(cr, c));
-        }
-    }
-}
-
-/// Copies `B[pc..pc+kc, jc..jc+nc]` (row stride `ldb`) into 8-column panels, each
-/// `kc × NR` row-major and zero-padded on the right.
-fn pack_b(b: &[u64], ldb: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [u64]) {
-    for (panel_idx, panel) in out
-        .chunks_exact_mut(kc * NR)
-        .take(nc.div_ceil(NR))
-        .enumerate()
-    {
-        let j0 = jc + panel_idx * NR;
-        let w = NR.min(jc + nc - j0);
-        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
-            let src = &b[(pc + p) * ldb + j0..][..w];
-            dst[..w].copy_from_slice(src);
-            dst[w..].fill(0);
         }
     }
 }

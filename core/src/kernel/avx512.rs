@@ -9,13 +9,13 @@
 //! (one-row products such as the LM head would spend as long packing as multiplying).
 #![allow(unsafe_code)]
 
-use alloc::vec::Vec;
 use core::arch::x86_64::{
     __m512i, __mmask8, _mm512_add_epi64, _mm512_loadu_si512, _mm512_mask_storeu_epi64,
     _mm512_maskz_loadu_epi64, _mm512_mullo_epi64, _mm512_reduce_add_epi64, _mm512_set1_epi64,
     _mm512_setzero_si512,
 };
 
+use super::blocking::{Plan, for_each_tile};
 use super::x86;
 
 /// Rows of the register tile.
@@ -57,60 +57,16 @@ pub(super) fn matmul_acc(
         }
         return;
     }
-    let pack = m > MR;
-    let mut packed: Vec<u64> = Vec::new();
-    if pack {
-        packed.resize(KC * NC.min(n.div_ceil(NR) * NR), 0);
-    }
-    let mut jc = 0;
-    while jc < n {
-        let nc = NC.min(n - jc);
-        let mut pc = 0;
-        while pc < k {
-            let kc = KC.min(k - pc);
-            if pack {
-                pack_b(b, ldb, pc, kc, jc, nc, &mut packed);
-            }
-            let mut jr = 0;
-            while jr < nc {
-                let nr = NR.min(nc - jr);
-                let (panel, ld_panel): (&[u64], usize) = if pack {
-                    (&packed[jr * kc..], NR)
-                } else {
-                    (&b[pc * ldb + jc + jr..], ldb)
-                };
-                let mut ir = 0;
-                while ir < m {
-                    let mr = MR.min(m - ir);
-                    let a_tile = &a[ir * k + pc..];
-                    let c_tile = &mut c[ir * ldc + jc + jr..];
-                    tile(mr, nr, kc, a_tile, k, panel, ld_panel, c_tile, ldc);
-                    ir += mr;
-                }
-                jr += nr;
-            }
-            pc += kc;
-        }
-        jc += nc;
-    }
-}
-
-/// Copies `B[pc..pc+kc, jc..jc+nc]` (row stride `ldb`) into 16-column panels, each
-/// `kc × NR` row-major and zero-padded on the right.
-fn pack_b(b: &[u64], ldb: usize, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [u64]) {
-    for (panel_idx, panel) in out
-        .chunks_exact_mut(kc * NR)
-        .take(nc.div_ceil(NR))
-        .enumerate()
-    {
-        let j0 = jc + panel_idx * NR;
-        let w = NR.min(jc + nc - j0);
-        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
-            let src = &b[(pc + p) * ldb + j0..][..w];
-            dst[..w].copy_from_slice(src);
-            dst[w..].fill(0);
-        }
-    }
+    // B is packed when at least two row tiles share it.
+    let plan = Plan {
+        mr: MR,
+        nr: NR,
+        kc: KC,
+        nc: NC,
+    };
+    for_each_tile(&plan, m > MR, a, b, ldb, c, ldc, (m, k, n), |t| {
+        tile(t.mr, t.nr, t.kc, t.a, t.lda, t.b, t.ldb, t.c, t.ldc)
+    });
 }
 
 /// One register tile with `mr ≤ MR` rows: dispatches to the unrolled kernel for `mr`.
