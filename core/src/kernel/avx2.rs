@@ -1,6 +1,6 @@
 //! The AVX2 ring matmul, for x86-64 CPUs without AVX-512 (e.g. AMD Zen 2 and 3): products
 //! in a 3×8 register tile, with B packed into 8-column panels per `KC × NC` cache block;
-//! one- and two-row products stream B by rows instead. Only [`matmul_acc`] is reachable,
+//! products of up to three rows stream B by rows instead. Only [`matmul_acc`] is reachable,
 //! and only after [`detected`] said yes.
 //!
 //! Why this shape: AVX2 has no 64-bit lane multiply. Modulo 2^64,
@@ -58,9 +58,9 @@ pub(super) fn matmul_acc(
         return;
     }
     if m <= MR {
-        // One or two rows (a KV-cached step's products, the LM head as `h · wteᵀ`): B is
+        // A single row tile (a KV-cached step's products, the LM head as `h · wteᵀ`): B is
         // streamed row by row, as it lies in memory, instead of in column panels whose
-        // rows are `ldb` words apart.
+        // rows are `ldb` words apart and which no other row tile would reuse.
         for (i, a_row) in a.chunks_exact(k).take(m).enumerate() {
             row_acc(a_row, b, ldb, &mut c[i * ldc..][..n], n);
         }
@@ -156,10 +156,9 @@ fn tile(
     if !ok {
         return;
     }
+    let mut sums = [[0u64; NR]; MR];
     // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only entry), and
     // the bounds above cover every word the kernel loads.
-    let mut sums = [[0u64; NR]; MR];
-    // SAFETY: as above.
     unsafe {
         match mr {
             1 => sums[..1].copy_from_slice(&micro::<1>(kc, a, lda, b, ldb)),
