@@ -207,7 +207,67 @@ struct Figures {
     breakdown: Vec<(f64, f64)>,
 }
 
+/// What one party's thread reports from a run.
+struct PartyRun {
+    /// Payload bytes and epochs per layer kind during inference.
+    costs: Vec<(&'static str, u64, u32)>,
+    /// Time spent sharing the model, seconds.
+    share_secs: f64,
+    /// Payload bytes sent while sharing the model.
+    share_bytes: u64,
+    /// When the model sharing ended.
+    shared_at: Instant,
+    /// When the inference ended.
+    done_at: Instant,
+    /// CPU seconds of the thread (sharing, inference).
+    cpu: (f64, f64),
+    /// Epochs of the inference.
+    epochs: u32,
+}
+
 impl Figures {
+    /// The figures of a run that started at `start` (the process's resident set then was
+    /// `baseline_rss`), from the parties' reports; bytes and epochs are broken down by
+    /// `kinds`, which must name every kind a party reports.
+    fn collect(
+        start: Instant,
+        baseline_rss: f64,
+        out: &puma_transports::mem::Outcome<PartyRun>,
+        kinds: &[&str],
+    ) -> Result<Figures, String> {
+        let mut fig = Figures {
+            wall_secs: start.elapsed().as_secs_f64(),
+            baseline_rss,
+            peak_rss: peak_rss().unwrap_or(0) as f64,
+            session_rounds: f64::from(out.rounds()),
+            breakdown: vec![(0.0, 0.0); kinds.len()],
+            ..Figures::default()
+        };
+        let (mut all_shared, mut all_done) = (start, start);
+        for (i, r) in out.results.iter().enumerate() {
+            let r = r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
+            fig.share_cpu_secs += r.cpu.0;
+            fig.infer_cpu_secs += r.cpu.1;
+            fig.share_secs = fig.share_secs.max(r.share_secs);
+            all_shared = all_shared.max(r.shared_at);
+            all_done = all_done.max(r.done_at);
+            fig.share_bytes[i] = r.share_bytes as f64;
+            fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - r.share_bytes) as f64;
+            fig.infer_rounds = fig.infer_rounds.max(f64::from(r.epochs));
+            for (kind, bytes, epochs) in &r.costs {
+                let Some(k) = kinds.iter().position(|k| k == kind) else {
+                    return Err(format!("unknown layer kind {kind:?}"));
+                };
+                fig.breakdown[k].0 += *bytes as f64;
+                if i == 0 {
+                    fig.breakdown[k].1 += f64::from(*epochs);
+                }
+            }
+        }
+        fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
+        Ok(fig)
+    }
+
     /// `self + t·(other − self)` (t ≥ 1), entry by entry, floored at the larger of the two
     /// measured values: a model with more layers never costs less, but two wall times (or
     /// peak RSS) measured on a loaded machine can come out in the wrong order, and their
@@ -293,42 +353,18 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
             )
             .await?;
             let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
-            Ok((g, share_secs, share_bytes, shared_at, Instant::now(), cpu))
+            Ok(PartyRun {
+                epochs: g.step_costs.iter().map(|&(_, e)| e).sum(),
+                costs: g.costs.entries,
+                share_secs,
+                share_bytes,
+                shared_at,
+                done_at: Instant::now(),
+                cpu,
+            })
         }
     });
-    let wall_secs = start.elapsed().as_secs_f64();
-    let mut fig = Figures {
-        wall_secs,
-        baseline_rss,
-        peak_rss: peak_rss().unwrap_or(0) as f64,
-        session_rounds: f64::from(out.rounds()),
-        breakdown: vec![(0.0, 0.0); GPT2_KINDS.len()],
-        ..Figures::default()
-    };
-    let (mut all_shared, mut all_done) = (start, start);
-    for (i, r) in out.results.iter().enumerate() {
-        let (g, share_secs, share_bytes, shared_at, done_at, (share_cpu, infer_cpu)) =
-            r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
-        fig.share_cpu_secs += share_cpu;
-        fig.infer_cpu_secs += infer_cpu;
-        fig.share_secs = fig.share_secs.max(*share_secs);
-        all_shared = all_shared.max(*shared_at);
-        all_done = all_done.max(*done_at);
-        fig.share_bytes[i] = *share_bytes as f64;
-        fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - share_bytes) as f64;
-        let epochs: u32 = g.step_costs.iter().map(|&(_, e)| e).sum();
-        fig.infer_rounds = fig.infer_rounds.max(f64::from(epochs));
-        for (kind, bytes, epochs) in &g.costs.entries {
-            if let Some(k) = GPT2_KINDS.iter().position(|k| k == kind) {
-                fig.breakdown[k].0 += *bytes as f64;
-                if i == 0 {
-                    fig.breakdown[k].1 += f64::from(*epochs);
-                }
-            }
-        }
-    }
-    fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
-    Ok(fig)
+    Figures::collect(start, baseline_rss, &out, &GPT2_KINDS)
 }
 
 /// Runs `shape` with its first `layers` layers on one sequence of [`BERT_TOKENS`] tokens,
@@ -372,51 +408,18 @@ fn run_bert(shape: BertShape, layers: usize) -> Result<Figures, String> {
             .await?;
             let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
             let epochs = ctx.meter().epoch - shared.epoch;
-            let done_at = Instant::now();
-            Ok((
-                r.costs,
+            Ok(PartyRun {
+                costs: r.costs,
                 share_secs,
-                shared.payload_bytes_sent,
+                share_bytes: shared.payload_bytes_sent,
                 shared_at,
-                done_at,
+                done_at: Instant::now(),
                 cpu,
                 epochs,
-            ))
+            })
         }
     });
-    let wall_secs = start.elapsed().as_secs_f64();
-    let mut fig = Figures {
-        wall_secs,
-        baseline_rss,
-        peak_rss: peak_rss().unwrap_or(0) as f64,
-        session_rounds: f64::from(out.rounds()),
-        breakdown: vec![(0.0, 0.0); BERT_KINDS.len()],
-        ..Figures::default()
-    };
-    let (mut all_shared, mut all_done) = (start, start);
-    for (i, r) in out.results.iter().enumerate() {
-        let (costs, share_secs, share_bytes, shared_at, done_at, (share_cpu, infer_cpu), epochs) =
-            r.as_ref().map_err(|e| format!("P{i} failed: {e}"))?;
-        fig.share_cpu_secs += share_cpu;
-        fig.infer_cpu_secs += infer_cpu;
-        fig.share_secs = fig.share_secs.max(*share_secs);
-        all_shared = all_shared.max(*shared_at);
-        all_done = all_done.max(*done_at);
-        fig.share_bytes[i] = *share_bytes as f64;
-        fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - share_bytes) as f64;
-        fig.infer_rounds = fig.infer_rounds.max(f64::from(*epochs));
-        for (kind, bytes, epochs) in costs {
-            let Some(k) = BERT_KINDS.iter().position(|k| k == kind) else {
-                return Err(format!("unknown BERT layer kind {kind:?}"));
-            };
-            fig.breakdown[k].0 += *bytes as f64;
-            if i == 0 {
-                fig.breakdown[k].1 += f64::from(*epochs);
-            }
-        }
-    }
-    fig.infer_secs = all_done.duration_since(all_shared).as_secs_f64();
-    Ok(fig)
+    Figures::collect(start, baseline_rss, &out, &BERT_KINDS)
 }
 
 fn report(model: Model, method: &str, scaled: bool, fig: &Figures, as_json: bool) {
