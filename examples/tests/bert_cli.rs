@@ -4,9 +4,10 @@
 
 use std::process::Command;
 
-use puma_examples::bert::{BertRunError, TINY_MODEL_DIR, load_model, run_secure};
-use puma_layers::bert::secure::{Outputs, SecureSettings};
+use puma_layers::bert::secure::Outputs;
 use puma_layers::bert::{BertBatch, BertError};
+use puma_layers::nn::SecureSettings;
+use puma_runner::bert::{BertRunError, TINY_MODEL_DIR, load_model, run_secure};
 use serde_json::Value;
 
 fn bert() -> Command {

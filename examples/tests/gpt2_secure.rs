@@ -7,9 +7,9 @@ use std::process::Command;
 
 use puma_core::Width;
 use puma_core::proto::ExpApprox;
-use puma_examples::gpt2::{Gpt2Error, RunOptions, TINY_MODEL_DIR, load_model, run_secure};
 use puma_layers::config::InputError;
-use puma_layers::gpt2::secure::{GeluApprox, OutputMode, SecureSettings};
+use puma_layers::nn::{GeluApprox, OutputMode, SecureSettings};
+use puma_runner::gpt2::{Gpt2Error, RunOptions, TINY_MODEL_DIR, load_model, run_secure};
 
 /// The fixture prompt p2, "Hello world".
 const P2: [u32; 2] = [15496, 995];
@@ -37,6 +37,7 @@ fn settings() -> SecureSettings {
         softmax_exp: ExpApprox::Taylor2 { squarings: 8 },
         logit_compare_width: Width::W64,
         gelu: GeluApprox::Precise,
+        ..SecureSettings::default()
     }
 }
 
@@ -100,7 +101,12 @@ fn secure_generation_matches_plaintext_on_tiny_model() {
     let total = |k: usize| r.costs.iter().map(|c| c.steps[k].0).sum::<u64>();
     assert!(total(2) < total(0), "{} vs {}", total(2), total(0));
     // Every kind the model uses was metered.
-    let kinds: Vec<&str> = r.costs[0].layers.entries.iter().map(|e| e.0).collect();
+    let kinds: Vec<&str> = r.costs[0]
+        .layers
+        .entries
+        .iter()
+        .map(|e| e.0.name())
+        .collect();
     for k in [
         "embedding",
         "layernorm",

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use puma_examples::llama::TINY_MODEL_DIR;
+use puma_runner::llama::TINY_MODEL_DIR;
 
 #[test]
 fn json_run_on_the_tiny_model() {

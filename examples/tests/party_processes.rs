@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use puma_examples::gpt2::{TINY_MODEL_DIR, load_model};
 use puma_layers::gpt2::plain::PlainGpt2;
+use puma_runner::gpt2::{TINY_MODEL_DIR, load_model};
 
 const PARTY: &str = env!("CARGO_BIN_EXE_puma-party");
 const KEYGEN: &str = env!("CARGO_BIN_EXE_keygen");

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use puma_core::PartyId;
-use puma_layers::gpt2::secure::{self, SecureSettings, SharedGpt2};
+use puma_layers::nn::{self, SecureSettings, SharedDecoder as SharedGpt2};
 use puma_layers::{Gpt2Config, load_gpt2};
 
 use crate::error::{FfiError, entry, puma_status};
@@ -150,11 +150,11 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
             ));
         }
         let client = party(client, "client")?;
-        let cfg = m.shared.config();
-        if len == 0 || len > cfg.n_positions {
+        let spec = m.shared.spec();
+        if len == 0 || len > spec.max_positions {
             return Err(FfiError::invalid(format!(
                 "`len` must be in 1..={}",
-                cfg.n_positions
+                spec.max_positions
             )));
         }
         let mine = match (s.me() == client, ids.is_null()) {
@@ -167,7 +167,7 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
             (true, false) => {
                 // SAFETY: readable for `len` values by the caller's contract.
                 let v = unsafe { handle::slice(ids, len, "ids") }?;
-                if v.iter().any(|&id| id as usize >= cfg.vocab_size) {
+                if v.iter().any(|&id| id as usize >= spec.vocab) {
                     return Err(FfiError::invalid("an id is outside the vocabulary"));
                 }
                 Some(v.to_vec())
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
         s.start(move |mut ctx| async move {
             let settings = SecureSettings::default();
             let logits =
-                secure::forward_logits(&mut ctx, &shared, client, mine.as_deref(), len, &settings)
+                nn::forward_logits(&mut ctx, &shared, client, mine.as_deref(), len, &settings)
                     .await?;
             Ok(OpResult::Values(logits))
         })
@@ -199,13 +199,13 @@ pub unsafe extern "C" fn puma_model_config(
         handle::check_out(out, "out")?;
         // SAFETY: the caller's contract.
         let m = unsafe { handle::borrow(model) }?;
-        let c = m.shared.config();
+        let c = m.shared.spec();
         let cfg = puma_gpt2_config {
-            n_layer: c.n_layer,
-            n_embd: c.n_embd,
-            n_head: c.n_head,
-            n_positions: c.n_positions,
-            vocab_size: c.vocab_size,
+            n_layer: c.layers,
+            n_embd: c.d,
+            n_head: c.heads.q,
+            n_positions: c.max_positions,
+            vocab_size: c.vocab,
         };
         // SAFETY: checked non-null and aligned; writable by the caller's contract.
         unsafe { handle::write(out, cfg) }

@@ -10,7 +10,7 @@ use std::future::Future;
 
 use puma_core::wire;
 use puma_core::{Config, Ctx, Error, Input, Output, PartyId, Session, Stats, Transmit};
-use puma_layers::gpt2::secure::SharedGpt2;
+use puma_layers::nn::SharedDecoder as SharedGpt2;
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 

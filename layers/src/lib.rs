@@ -45,6 +45,7 @@ pub mod gguf;
 pub mod gpt2;
 pub mod kernel;
 pub mod llama;
+pub mod nn;
 pub mod plain;
 mod safetensors_reader;
 mod tensor;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use leakage_stats::{assert_no_leak, check};
 use ndarray::{Axis, s};
 use puma_core::{Ctx, Error, PartyId};
-use puma_layers::gpt2::secure::{SecureSettings, SharedGpt2, forward_logits};
+use puma_layers::nn::{SecureSettings, SharedDecoder, forward_logits};
 use puma_layers::{Gpt2Config, Gpt2Weights, load_gpt2};
 
 type Proto = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
@@ -59,7 +59,7 @@ fn a_gpt2_block_view_does_not_depend_on_prompt_or_weights() {
                 Box::pin(async move {
                     let owner = PartyId::P1;
                     let model =
-                        SharedGpt2::share(&mut ctx, owner, &cfg, (me == owner).then_some(&*w))
+                        SharedDecoder::share(&mut ctx, owner, &cfg, (me == owner).then_some(&*w))
                             .await?;
                     let client = PartyId::P0;
                     let ids = (me == client).then_some(&ids[..]);

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use llama_common::{Reference, max_abs_diff, model_dir};
 use puma_core::sim::Sim;
 use puma_core::{PartyId, proto};
-use puma_layers::gpt2::secure::OutputMode;
 use puma_layers::llama::load_hf;
 use puma_layers::llama::plain::{PlainLlama, rms_norm};
-use puma_layers::llama::secure::{self, LlamaSettings, RmsScaling, SharedLlama, rms_norm_rows};
+use puma_layers::nn::{
+    OutputMode, RmsScaling, SecureSettings, SharedDecoder, forward_logits, generate, rms_norm_rows,
+};
 
 const CLIENT: PartyId = PartyId::P0;
 const OWNER: PartyId = PartyId::P1;
@@ -31,15 +32,15 @@ fn tiny_random_secure_logits_within_5e_3() {
         let (cfg, w, ids) = (cfg.clone(), w.clone(), ids2.clone());
         move |mut ctx| async move {
             let weights = (me == OWNER).then_some(&*w);
-            let model = SharedLlama::share(&mut ctx, OWNER, &cfg, weights).await?;
+            let model = SharedDecoder::share(&mut ctx, OWNER, &*cfg, weights).await?;
             let prompt = (me == CLIENT).then_some(&ids[..]);
-            secure::forward_logits(
+            forward_logits(
                 &mut ctx,
                 &model,
                 CLIENT,
                 prompt,
                 len,
-                &LlamaSettings::default(),
+                &SecureSettings::default(),
             )
             .await
         }
@@ -67,9 +68,9 @@ fn tiny_random_secure_generation_matches_plaintext() {
         let (cfg, w, prompt) = (cfg2.clone(), w2.clone(), p2.clone());
         move |mut ctx| async move {
             let weights = (me == OWNER).then_some(&*w);
-            let model = SharedLlama::share(&mut ctx, OWNER, &cfg, weights).await?;
+            let model = SharedDecoder::share(&mut ctx, OWNER, &*cfg, weights).await?;
             let p = (me == CLIENT).then_some(&prompt[..]);
-            secure::generate(
+            generate(
                 &mut ctx,
                 &model,
                 CLIENT,
@@ -77,7 +78,7 @@ fn tiny_random_secure_generation_matches_plaintext() {
                 prompt.len(),
                 steps,
                 OutputMode::RevealLogits,
-                &LlamaSettings::default(),
+                &SecureSettings::default(),
                 None,
             )
             .await

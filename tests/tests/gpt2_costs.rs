@@ -22,7 +22,7 @@ use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::config::{Activation, Gpt2Config};
-use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+use puma_layers::nn::{LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
 
 const WIDTH: usize = 768;
 const HEADS: usize = 12;
@@ -94,7 +94,7 @@ fn model(layers: usize, vocab: usize) -> (Gpt2Config, Gpt2Weights) {
 struct Cost {
     bytes: [u64; 3],
     epochs: u32,
-    kinds: Vec<(&'static str, u64, u32)>,
+    kinds: Vec<(LayerKind, u64, u32)>,
 }
 
 fn run(layers: usize, vocab: usize) -> Cost {
@@ -108,7 +108,7 @@ fn run(layers: usize, vocab: usize) -> Cost {
         move |mut ctx| async move {
             let (cfg, w) = &*m;
             let shared =
-                SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
                     .await?;
             generate(
                 &mut ctx,
@@ -166,7 +166,7 @@ fn base_shaped_block_and_forward_costs_are_pinned() {
     assert_eq!(block, [20_275_300, 20_273_482, 20_275_320]);
     assert_eq!(block_epochs, 99);
     // Per-layer kinds of one block at the client (bytes, epochs).
-    let kind = |c: &Cost, k: &str| c.kinds.iter().find(|e| e.0 == k).map(|e| (e.1, e.2));
+    let kind = |c: &Cost, k: &str| c.kinds.iter().find(|e| e.0.name() == k).map(|e| (e.1, e.2));
     let per_block = |k: &str| {
         let (b2, e2) = kind(&two, k).unwrap();
         let (b1, e1) = kind(&one, k).unwrap();

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use puma_examples::gpt2::{DEFAULT_MODEL_DIR, RunOptions, load_model, run_secure};
-use puma_layers::gpt2::secure::{OutputMode, SecureSettings};
+use puma_layers::nn::{OutputMode, SecureSettings};
+use puma_runner::gpt2::{DEFAULT_MODEL_DIR, RunOptions, load_model, run_secure};
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

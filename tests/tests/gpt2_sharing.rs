@@ -10,7 +10,7 @@ use puma_core::sim::Sim;
 use puma_layers::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::config::{Activation, Gpt2Config};
 use puma_layers::gpt2::plain::PlainGpt2;
-use puma_layers::gpt2::secure::{SHARE_CHUNK_WORDS, SecureSettings, SharedGpt2, forward_logits};
+use puma_layers::nn::{SHARE_CHUNK_WORDS, SecureSettings, SharedDecoder, forward_logits};
 
 /// Width 32, vocabulary 140,000: `wte` alone (4.48 M words) is longer than one chunk, so
 /// the first chunk ends inside it and the second carries its tail and every other tensor.
@@ -71,7 +71,7 @@ fn model() -> (Gpt2Config, Gpt2Weights) {
 }
 
 #[test]
-fn streamed_owned_sharing_matches_plaintext() {
+fn streamed_sharing_matches_plaintext() {
     let (cfg, w) = model();
     let params = cfg.vocab_size * cfg.n_embd;
     assert!(params > SHARE_CHUNK_WORDS, "wte must span two chunks");
@@ -85,9 +85,9 @@ fn streamed_owned_sharing_matches_plaintext() {
         let ids = ids.clone();
         move |mut ctx| async move {
             let (cfg, w) = &*model;
-            // The owner hands over its own copy, which `share` drops once encoded.
-            let mine: Option<Gpt2Weights> = (me == PartyId::P1).then(|| w.clone());
-            let shared = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, mine).await?;
+            // Each tensor is encoded when the stream reaches it.
+            let mine = (me == PartyId::P1).then_some(w);
+            let shared = SharedDecoder::share(&mut ctx, PartyId::P1, cfg, mine).await?;
             let sharing_bytes = ctx.meter().payload_bytes_sent;
             let logits = forward_logits(
                 &mut ctx,

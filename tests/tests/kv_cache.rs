@@ -8,7 +8,7 @@ use std::sync::Arc;
 use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::checkpoint::load_gpt2;
-use puma_layers::gpt2::secure::{Generation, OutputMode, SecureSettings, SharedGpt2, generate};
+use puma_layers::nn::{Generation, LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-tiny-random");
 
@@ -21,8 +21,9 @@ fn run(prompt: Vec<u32>, new_tokens: usize) -> (Generation, [Generation; 3]) {
         let prompt = prompt.clone();
         move |mut ctx| async move {
             let (cfg, w) = &*model;
-            let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
-                .await?;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
             generate(
                 &mut ctx,
                 &m,
@@ -47,7 +48,7 @@ fn tail_bytes(g: &Generation) -> u64 {
     g.costs
         .entries
         .iter()
-        .filter(|(k, _, _)| *k == "lm head" || *k == "output")
+        .filter(|(k, _, _)| *k == LayerKind::LmHead || *k == LayerKind::Output)
         .map(|(_, b, _)| *b)
         .sum()
 }

@@ -25,13 +25,14 @@ use std::time::Instant;
 
 use clap::{CommandFactory, Parser, ValueEnum};
 use puma_core::proto::{ExpApprox, GeluFit};
-use puma_examples::bert::{
+use puma_layers::bert::BertBatch;
+use puma_layers::bert::secure::Outputs;
+use puma_layers::nn::{GeluApprox, LayerCosts, SecureSettings};
+use puma_layers::wordpiece::WordPieceTokenizer;
+use puma_runner::bert::{
     BERT_BASE, BERT_LARGE, BertReport, BertShape, LoadedBert, MINILM_DIR, PlainComparison,
     compare_plain, cosines, load_model, run_secure, synthetic_ids, synthetic_model,
 };
-use puma_layers::bert::BertBatch;
-use puma_layers::bert::secure::{GeluApprox, Outputs, SecureSettings};
-use puma_layers::wordpiece::WordPieceTokenizer;
 use serde_json::{Value, json};
 
 /// What the client asks for.
@@ -260,6 +261,7 @@ fn run(args: &Args) -> Result<(), String> {
             Gelu::Minimax => GeluApprox::Piecewise(GeluFit::MINIMAX),
             Gelu::Puma => GeluApprox::Piecewise(GeluFit::PUMA),
         },
+        ..SecureSettings::default()
     };
     let cfg = &model.config;
     if !args.json {
@@ -301,10 +303,11 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn costs_json(c: &[(&'static str, u64, u32)]) -> Value {
+fn costs_json(c: &LayerCosts) -> Value {
     Value::Array(
-        c.iter()
-            .map(|(k, b, e)| json!({"kind": k, "bytes": b, "rounds": e}))
+        c.entries
+            .iter()
+            .map(|(k, b, e)| json!({"kind": k.name(), "bytes": b, "rounds": e}))
             .collect(),
     )
 }
@@ -443,13 +446,11 @@ fn print_summary(
         mb(r.share_model[1].0),
     );
     println!("per layer kind (MB sent by P0 / P1 / P2, rounds):");
-    for (k, b, e) in &r.client.costs {
-        let other = |o: &Vec<(&'static str, u64, u32)>| {
-            o.iter().find(|(kk, _, _)| kk == k).map_or(0, |x| x.1)
-        };
+    for &(k, b, e) in &r.client.costs.entries {
+        let other = |o: &LayerCosts| o.get(k).map_or(0, |x| x.0);
         println!(
             "  {k:<22} {:>9.2} {:>9.2} {:>9.2}  {e:>5}",
-            mb(*b),
+            mb(b),
             mb(other(&r.others[0])),
             mb(other(&r.others[1]))
         );

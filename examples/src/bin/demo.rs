@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use puma_examples::linear::{LinearDemo, run_linear};
+use puma_runner::linear::{LinearDemo, run_linear};
 
 /// The largest acceptable error against the f64 plaintext.
 const TOLERANCE: f64 = 1e-3;

@@ -23,11 +23,11 @@ use std::time::Instant;
 use clap::{CommandFactory, Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use puma_core::proto::{ExpApprox, GeluFit};
-use puma_examples::gpt2::{
+use puma_layers::Gpt2Tokenizer;
+use puma_layers::nn::{GeluApprox, LayerKind, Observer, OutputMode, Progress, SecureSettings};
+use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
 };
-use puma_layers::Gpt2Tokenizer;
-use puma_layers::gpt2::secure::{GeluApprox, Observer, OutputMode, Progress, SecureSettings};
 use serde_json::{Value, json};
 
 /// What the client learns at each step.
@@ -348,7 +348,7 @@ fn to_json(
         .iter()
         .map(|&(kind, _, epochs)| {
             json!({
-                "kind": kind,
+                "kind": kind.name(),
                 "bytes_per_party": per_party(&|p| bytes_of_kind(r, p, kind)),
                 "epochs": epochs,
             })
@@ -406,7 +406,7 @@ fn to_json(
 }
 
 /// Payload bytes party `p` sent for layer kind `kind`.
-fn bytes_of_kind(r: &Gpt2Report, p: usize, kind: &str) -> u64 {
+fn bytes_of_kind(r: &Gpt2Report, p: usize, kind: LayerKind) -> u64 {
     r.costs
         .get(p)
         .and_then(|c| c.layers.entries.iter().find(|e| e.0 == kind))
@@ -497,7 +497,7 @@ fn print_summary(r: &Gpt2Report, tok: &Gpt2Tokenizer, prompt_text: Option<&str>)
     for &(kind, _, epochs) in &r.costs[0].layers.entries {
         println!(
             "  {:<18} {:>12} {:>12} {:>12} {:>7}",
-            kind,
+            kind.name(),
             mb(bytes_of_kind(r, 0, kind)),
             mb(bytes_of_kind(r, 1, kind)),
             mb(bytes_of_kind(r, 2, kind)),

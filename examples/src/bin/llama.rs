@@ -19,13 +19,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use puma_examples::llama::{
-    LlamaReport, LlamaRunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
-};
 use puma_layers::bpe::BpeTokenizer;
 use puma_layers::gguf::GgufFile;
-use puma_layers::gpt2::secure::OutputMode;
-use puma_layers::llama::secure::{LlamaSettings, SiluApprox};
+use puma_layers::nn::OutputMode;
+use puma_layers::nn::{SecureSettings, SiluApprox};
+use puma_runner::llama::{
+    LlamaReport, LlamaRunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
+};
 use serde_json::json;
 
 /// What the client learns at each step.
@@ -161,12 +161,12 @@ fn run(args: &Args) -> Result<(), String> {
     let opts = LlamaRunOptions {
         max_new_tokens: max_new,
         mode,
-        settings: LlamaSettings {
+        settings: SecureSettings {
             silu: match args.silu {
                 Silu::Precise => SiluApprox::Precise,
                 Silu::Piecewise => SiluApprox::Piecewise,
             },
-            ..LlamaSettings::default()
+            ..SecureSettings::default()
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,

@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use puma_core::{Config, PartyId, Session};
-use puma_examples::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
-use puma_examples::party::{Gpt2Job, PartiesConfig, PartyError, gpt2_protocol, resolve};
-use puma_examples::random_gpt2::{
+use puma_layers::nn::{Observer, Progress, SecureSettings};
+use puma_layers::{Gpt2Config, Gpt2Tokenizer};
+use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
+use puma_runner::party::{Gpt2Job, PartiesConfig, PartyError, gpt2_protocol, resolve};
+use puma_runner::random_gpt2::{
     GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, current_rss, peak_rss, random_gpt2, shape_config,
 };
-use puma_layers::gpt2::secure::{Observer, Progress, SecureSettings};
-use puma_layers::{Gpt2Config, Gpt2Tokenizer};
 use puma_transports::loopback::Network;
 use puma_transports::net::NetOptions;
 use puma_transports::tcp::Endpoints;

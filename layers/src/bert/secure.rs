@@ -10,38 +10,22 @@
 //!
 //! Every layer runs on [`puma_core::proto`]; all sequences, rows and heads of a layer share
 //! the rounds: matrix products with one truncation, LayerNorm, GeLU ([`GeluApprox`]) and a
-//! masked softmax (a padded key is never compared and gets weight exactly 0).
+//! softmax over each sequence's real tokens (padded positions are never computed).
 
-use puma_core::proto::{self, ExpApprox, GeluForm};
-use puma_core::{Ctx, Error, FixedPoint, Meter, PartyId, Shares};
+use puma_core::proto;
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares};
 
 use super::config::BertConfig;
 use super::plain::BertBatch;
 use super::tanh::tanh;
-use super::weights::{BertWeights, Linear};
+use super::weights::BertWeights;
 use crate::checkpoint::LayerNormWeights;
-use crate::config::Activation;
-pub use crate::gpt2::secure::GeluApprox;
-
-/// Settings of the secure evaluation.
-#[derive(Clone, Copy, Debug)]
-pub struct SecureSettings {
-    /// The exponential inside softmax. Default: the second-order base with 8 squarings
-    /// (max error 1e-5; all-MiniLM-L6-v2's exp inputs reach −55).
-    pub softmax_exp: ExpApprox,
-    /// The GeLU approximation. Default: [`GeluApprox::Precise`] (1.3e-4; MiniLM's GeLU
-    /// inputs span −17..25).
-    pub gelu: GeluApprox,
-}
-
-impl Default for SecureSettings {
-    fn default() -> Self {
-        SecureSettings {
-            softmax_exp: ExpApprox::Minimax,
-            gelu: GeluApprox::Precise,
-        }
-    }
-}
+use crate::gpt2::secure::encode_all;
+use crate::nn::attention::{self, Heads};
+use crate::nn::embedding::{embed, share_one_hot};
+use crate::nn::{
+    Activation, LayerCosts, LayerKind, Linear, Norm, SecureSettings, TensorPlan, share_plan,
+};
 
 /// The public shape of a model's heads: every party must pass the same value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,34 +143,18 @@ pub struct Revealed {
     pub logits: Option<Vec<f64>>,
     /// See [`Outputs::embeddings`].
     pub embeddings: Option<Vec<f64>>,
-    /// Communication per layer kind at this party: (kind, payload bytes sent, epochs).
-    pub costs: Vec<(&'static str, u64, u32)>,
+    /// Communication per layer kind at this party.
+    pub costs: LayerCosts,
 }
 
-fn add_cost(costs: &mut Vec<(&'static str, u64, u32)>, kind: &'static str, a: Meter, b: Meter) {
-    let bytes = b.payload_bytes_sent - a.payload_bytes_sent;
-    let epochs = b.epoch - a.epoch;
-    match costs.iter_mut().find(|(k, _, _)| *k == kind) {
-        Some(e) => {
-            e.1 += bytes;
-            e.2 += epochs;
-        }
-        None => costs.push((kind, bytes, epochs)),
-    }
-}
-
-struct SharedLinear {
-    w: Shares,
-    b: Shares,
-}
-
+/// One encoder layer's shared layers (post-LN).
 struct SharedLayer {
-    qkv: SharedLinear,
-    attn_out: SharedLinear,
-    attn_ln: (Shares, Shares),
-    inter: SharedLinear,
-    out: SharedLinear,
-    out_ln: (Shares, Shares),
+    qkv: Linear,
+    attn_out: Linear,
+    attn_ln: Norm,
+    inter: Linear,
+    out: Linear,
+    out_ln: Norm,
 }
 
 /// One party's shares of a BERT / RoBERTa model.
@@ -197,10 +165,10 @@ pub struct SharedBert {
     /// one-hot product gives their sum.
     emb_table: Shares,
     position: Shares,
-    emb_ln: (Shares, Shares),
+    emb_ln: Norm,
     layers: Vec<SharedLayer>,
-    pooler: Option<SharedLinear>,
-    classifier: Option<SharedLinear>,
+    pooler: Option<Linear>,
+    classifier: Option<Linear>,
 }
 
 impl std::fmt::Debug for SharedBert {
@@ -214,110 +182,179 @@ impl std::fmt::Debug for SharedBert {
     }
 }
 
-/// Sizes of every tensor in sharing order.
-fn tensor_sizes(cfg: &BertConfig, heads: BertHeads) -> Vec<usize> {
+/// The shared tensors of a BERT model, in sharing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BertTensor {
+    /// Word embeddings, then token-type embeddings: `(vocab + types) × d`.
+    Embeddings,
+    Positions,
+    EmbLn(LnPart),
+    /// Q, K and V side by side (`d × 3d`, the query part pre-scaled by 1/√head_dim).
+    QkvWeight(usize),
+    QkvBias(usize),
+    Layer(usize, LayerPart),
+    Pooler(LinPart),
+    Classifier(LinPart),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LnPart {
+    Gamma,
+    Beta,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinPart {
+    Weight,
+    Bias,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LayerPart {
+    AttnOut(LinPart),
+    AttnLn(LnPart),
+    Inter(LinPart),
+    Out(LinPart),
+    OutLn(LnPart),
+}
+
+impl BertTensor {
+    fn name(self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// Every tensor with its length, in sharing order.
+fn tensors(cfg: &BertConfig, heads: BertHeads) -> Vec<(BertTensor, usize)> {
+    use BertTensor as T;
+    use LayerPart as P;
+    use LinPart::{Bias, Weight};
+    use LnPart::{Beta, Gamma};
     let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
-    let mut sizes = vec![
-        (cfg.vocab_size + cfg.type_vocab_size) * d,
-        cfg.max_position_embeddings * d,
-        d,
-        d,
+    let mut out = vec![
+        (T::Embeddings, (cfg.vocab_size + cfg.type_vocab_size) * d),
+        (T::Positions, cfg.max_position_embeddings * d),
+        (T::EmbLn(Gamma), d),
+        (T::EmbLn(Beta), d),
     ];
-    for _ in 0..cfg.num_hidden_layers {
-        sizes.extend_from_slice(&[
-            d * 3 * d,
-            3 * d,
-            d * d,
-            d,
-            d,
-            d,
-            d * inner,
-            inner,
-            inner * d,
-            d,
-            d,
-            d,
+    for l in 0..cfg.num_hidden_layers {
+        out.extend([
+            (T::QkvWeight(l), d * 3 * d),
+            (T::QkvBias(l), 3 * d),
+            (T::Layer(l, P::AttnOut(Weight)), d * d),
+            (T::Layer(l, P::AttnOut(Bias)), d),
+            (T::Layer(l, P::AttnLn(Gamma)), d),
+            (T::Layer(l, P::AttnLn(Beta)), d),
+            (T::Layer(l, P::Inter(Weight)), d * inner),
+            (T::Layer(l, P::Inter(Bias)), inner),
+            (T::Layer(l, P::Out(Weight)), inner * d),
+            (T::Layer(l, P::Out(Bias)), d),
+            (T::Layer(l, P::OutLn(Gamma)), d),
+            (T::Layer(l, P::OutLn(Beta)), d),
         ]);
     }
     if heads.pooler {
-        sizes.extend_from_slice(&[d * d, d]);
+        out.extend([(T::Pooler(Weight), d * d), (T::Pooler(Bias), d)]);
     }
     if heads.labels > 0 {
-        sizes.extend_from_slice(&[d * heads.labels, heads.labels]);
+        out.extend([
+            (T::Classifier(Weight), d * heads.labels),
+            (T::Classifier(Bias), heads.labels),
+        ]);
     }
-    sizes
+    out
 }
 
-fn encode(fx: FixedPoint, xs: impl IntoIterator<Item = f64>) -> Result<Vec<u64>, Error> {
-    xs.into_iter().map(|x| fx.encode(x)).collect()
-}
-
-fn encode_ln(fx: FixedPoint, ln: &LayerNormWeights, out: &mut Vec<Vec<u64>>) -> Result<(), Error> {
-    out.push(encode(fx, ln.gamma.iter().copied())?);
-    out.push(encode(fx, ln.beta.iter().copied())?);
-    Ok(())
-}
-
-fn encode_linear(fx: FixedPoint, l: &Linear, out: &mut Vec<Vec<u64>>) -> Result<(), Error> {
-    out.push(encode(fx, l.w.iter().copied())?);
-    out.push(encode(fx, l.b.iter().copied())?);
-    Ok(())
-}
-
-/// The owner's tensors in sharing order. Q, K and V are fused into one `d × 3d` product,
-/// the query part pre-scaled by 1/√head_dim (the attention scaling for free).
-fn encode_weights(
+/// The owner's encoding of tensor `t`.
+fn encode_tensor(
     cfg: &BertConfig,
     w: &BertWeights,
+    t: BertTensor,
     fx: FixedPoint,
-) -> Result<Vec<Vec<u64>>, Error> {
+) -> Result<Vec<u64>, Error> {
+    let mismatch = || Error::misuse("weights do not match the config");
     let d = cfg.hidden_size;
     let scale = 1.0 / (cfg.head_dim() as f64).sqrt();
-    let mut out = Vec::new();
-    out.push(encode(
-        fx,
-        w.word.iter().chain(w.token_type.iter()).copied(),
-    )?);
-    out.push(encode(fx, w.position.iter().copied())?);
-    encode_ln(fx, &w.emb_ln, &mut out)?;
-    for l in &w.layers {
-        let mut qkv = Vec::with_capacity(d * 3 * d);
-        for i in 0..d {
-            let (q, k, v) = (l.query.w.row(i), l.key.w.row(i), l.value.w.row(i));
-            qkv.extend(q.iter().map(|x| x * scale));
-            qkv.extend(k.iter().copied());
-            qkv.extend(v.iter().copied());
-        }
-        out.push(encode(fx, qkv)?);
-        out.push(encode(
+    let ln = |l: &LayerNormWeights, p: LnPart| match p {
+        LnPart::Gamma => encode_all(fx, d, l.gamma.iter()),
+        LnPart::Beta => encode_all(fx, d, l.beta.iter()),
+    };
+    let lin = |l: &super::weights::Linear, p: LinPart| match p {
+        LinPart::Weight => encode_all(fx, l.w.len(), l.w.iter()),
+        LinPart::Bias => encode_all(fx, l.b.len(), l.b.iter()),
+    };
+    let layer = |i: usize| w.layers.get(i).ok_or_else(mismatch);
+    match t {
+        BertTensor::Embeddings => encode_all(
             fx,
-            l.query
+            w.word.len() + w.token_type.len(),
+            w.word.iter().chain(w.token_type.iter()),
+        ),
+        BertTensor::Positions => encode_all(fx, w.position.len(), w.position.iter()),
+        BertTensor::EmbLn(p) => ln(&w.emb_ln, p),
+        BertTensor::QkvWeight(i) => {
+            let l = layer(i)?;
+            let mut qkv = Vec::with_capacity(d * 3 * d);
+            for r in 0..d {
+                let (q, k, v) = (l.query.w.row(r), l.key.w.row(r), l.value.w.row(r));
+                qkv.extend(q.iter().map(|x| x * scale));
+                qkv.extend(k.iter().copied());
+                qkv.extend(v.iter().copied());
+            }
+            encode_all(fx, qkv.len(), qkv.iter())
+        }
+        BertTensor::QkvBias(i) => {
+            let l = layer(i)?;
+            let b: Vec<f64> = l
+                .query
                 .b
                 .iter()
                 .map(|x| x * scale)
                 .chain(l.key.b.iter().copied())
-                .chain(l.value.b.iter().copied()),
-        )?);
-        encode_linear(fx, &l.attn_out, &mut out)?;
-        encode_ln(fx, &l.attn_ln, &mut out)?;
-        encode_linear(fx, &l.inter, &mut out)?;
-        encode_linear(fx, &l.out, &mut out)?;
-        encode_ln(fx, &l.out_ln, &mut out)?;
+                .chain(l.value.b.iter().copied())
+                .collect();
+            encode_all(fx, b.len(), b.iter())
+        }
+        BertTensor::Layer(i, p) => {
+            let l = layer(i)?;
+            match p {
+                LayerPart::AttnOut(q) => lin(&l.attn_out, q),
+                LayerPart::AttnLn(q) => ln(&l.attn_ln, q),
+                LayerPart::Inter(q) => lin(&l.inter, q),
+                LayerPart::Out(q) => lin(&l.out, q),
+                LayerPart::OutLn(q) => ln(&l.out_ln, q),
+            }
+        }
+        BertTensor::Pooler(p) => lin(w.pooler.as_ref().ok_or_else(mismatch)?, p),
+        BertTensor::Classifier(p) => lin(w.classifier.as_ref().ok_or_else(mismatch)?, p),
     }
-    if let Some(p) = &w.pooler {
-        encode_linear(fx, p, &mut out)?;
+}
+
+/// The owner's tensors in sharing order, each encoded when the sharing asks for it (a
+/// named type so that the sharing future stays `Send`).
+struct OwnerTensors<'a> {
+    cfg: &'a BertConfig,
+    w: &'a BertWeights,
+    tensors: std::slice::Iter<'a, (BertTensor, usize)>,
+    fx: FixedPoint,
+}
+
+impl Iterator for OwnerTensors<'_> {
+    type Item = Result<Vec<u64>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (t, _) = self.tensors.next()?;
+        Some(encode_tensor(self.cfg, self.w, *t, self.fx))
     }
-    if let Some(c) = &w.classifier {
-        encode_linear(fx, c, &mut out)?;
-    }
-    Ok(out)
 }
 
 impl SharedBert {
     /// Shares the model: `owner` passes its weights (`Some` only there); every party passes
-    /// the same public config and heads. All tensors travel as one masked record.
+    /// the same public config and heads. The tensors are encoded one at a time as they are
+    /// sent and streamed in bounded chunks ([`share_plan`]).
     ///
-    /// Rounds: 1. Bytes: 8 per parameter from the owner.
+    /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` parameters
+    /// ([`crate::nn::SHARE_CHUNK_WORDS`]). Bytes: 8 per parameter from the owner.
     ///
     /// # Errors
     /// `Misuse` if the owner's weights do not match the config and heads or do not fit the
@@ -329,73 +366,99 @@ impl SharedBert {
         heads: BertHeads,
         weights: Option<&BertWeights>,
     ) -> Result<SharedBert, Error> {
+        use BertTensor as T;
+        use LayerPart as P;
+        use LinPart::{Bias, Weight};
+        use LnPart::{Beta, Gamma};
         cfg.validate()
             .map_err(|_| Error::misuse("invalid BERT configuration"))?;
         if heads.labels > 0 && !heads.pooler {
             return Err(Error::misuse("a classifier needs a pooler"));
         }
-        let sizes = tensor_sizes(cfg, heads);
+        let list = tensors(cfg, heads);
+        let mut plan = TensorPlan::new();
+        for (t, n) in &list {
+            plan.push(t.name(), *n);
+        }
         let fx = ctx.fixed();
-        let encoded = match (ctx.me() == owner, weights) {
-            (true, Some(w)) => {
+        let weights = match weights {
+            Some(w) if ctx.me() == owner => {
                 if BertHeads::of(w) != heads || w.layers.len() != cfg.num_hidden_layers {
                     return Err(Error::misuse("weights do not match the config"));
                 }
-                let parts = encode_weights(cfg, w, fx)?;
-                if parts.iter().map(Vec::len).ne(sizes.iter().copied()) {
-                    return Err(Error::misuse("weights do not match the config"));
-                }
-                Some(parts)
+                Some(w)
             }
-            (true, None) => return Err(Error::misuse("the model owner must pass the weights")),
-            (false, _) => None,
+            _ => None,
         };
-        let mut rest = proto::share_input_parts(ctx, owner, encoded, &sizes)
-            .await?
-            .into_iter();
-        let mut take = || {
-            rest.next()
-                .ok_or(Error::bug("fewer shared tensors than sizes"))
+        let encoded = weights.map(|w| OwnerTensors {
+            cfg,
+            w,
+            tensors: list.iter(),
+            fx,
+        });
+        let mut shared = share_plan(ctx, owner, &plan, encoded).await?;
+        let mut take = |t: BertTensor| shared.take(&t.name());
+        let (d, inner, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
+        let emb_table = take(T::Embeddings)?;
+        let position = take(T::Positions)?;
+        let emb_ln = Norm::LayerNorm {
+            gamma: take(T::EmbLn(Gamma))?,
+            beta: take(T::EmbLn(Beta))?,
+            eps,
         };
-        let emb_table = take()?;
-        let position = take()?;
-        let emb_ln = (take()?, take()?);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for _ in 0..cfg.num_hidden_layers {
+        for l in 0..cfg.num_hidden_layers {
+            let lin = |take: &mut dyn FnMut(BertTensor) -> Result<Shares, Error>,
+                       p: fn(LinPart) -> LayerPart,
+                       k: usize,
+                       n: usize| {
+                Linear::new(
+                    take(T::Layer(l, p(Weight)))?,
+                    Some(take(T::Layer(l, p(Bias)))?),
+                    k,
+                    n,
+                )
+            };
+            let ln = |take: &mut dyn FnMut(BertTensor) -> Result<Shares, Error>,
+                      p: fn(LnPart) -> LayerPart| {
+                Ok::<_, Error>(Norm::LayerNorm {
+                    gamma: take(T::Layer(l, p(Gamma)))?,
+                    beta: take(T::Layer(l, p(Beta)))?,
+                    eps,
+                })
+            };
+            let qkv = Linear::new(take(T::QkvWeight(l))?, Some(take(T::QkvBias(l))?), d, 3 * d)?;
+            let attn_out = lin(&mut take, P::AttnOut, d, d)?;
+            let attn_ln = ln(&mut take, P::AttnLn)?;
+            let inter = lin(&mut take, P::Inter, d, inner)?;
+            let out = lin(&mut take, P::Out, inner, d)?;
+            let out_ln = ln(&mut take, P::OutLn)?;
             layers.push(SharedLayer {
-                qkv: SharedLinear {
-                    w: take()?,
-                    b: take()?,
-                },
-                attn_out: SharedLinear {
-                    w: take()?,
-                    b: take()?,
-                },
-                attn_ln: (take()?, take()?),
-                inter: SharedLinear {
-                    w: take()?,
-                    b: take()?,
-                },
-                out: SharedLinear {
-                    w: take()?,
-                    b: take()?,
-                },
-                out_ln: (take()?, take()?),
+                qkv,
+                attn_out,
+                attn_ln,
+                inter,
+                out,
+                out_ln,
             });
         }
         let pooler = if heads.pooler {
-            Some(SharedLinear {
-                w: take()?,
-                b: take()?,
-            })
+            Some(Linear::new(
+                take(T::Pooler(Weight))?,
+                Some(take(T::Pooler(Bias))?),
+                d,
+                d,
+            )?)
         } else {
             None
         };
         let classifier = if heads.labels > 0 {
-            Some(SharedLinear {
-                w: take()?,
-                b: take()?,
-            })
+            Some(Linear::new(
+                take(T::Classifier(Weight))?,
+                Some(take(T::Classifier(Bias))?),
+                d,
+                heads.labels,
+            )?)
         } else {
             None
         };
@@ -422,49 +485,13 @@ impl SharedBert {
     }
 }
 
-/// Adds a shared bias of length `n` to every row of a `rows × n` matrix.
-fn add_bias(x: &Shares, bias: &Shares, rows: usize) -> Result<Shares, Error> {
-    let n = bias.len();
-    let idx: Vec<usize> = (0..rows * n).map(|i| i % n.max(1)).collect();
-    x.add(&bias.gather(&idx)?)
-}
-
-/// `x · w + b` for a `rows × k` input, one truncation.
-async fn linear(ctx: &mut Ctx, x: &Shares, l: &SharedLinear, rows: usize) -> Result<Shares, Error> {
-    let n = l.b.len();
-    let k = l.w.len() / n.max(1);
-    let y = proto::matmul_fixed(ctx, x, &l.w, rows, k, n).await?;
-    add_bias(&y, &l.b, rows)
-}
-
-/// The smallest LayerNorm epsilon the core's LayerNorm accepts without overflowing its
-/// rsqrt table: 1/√ε (times √2 for the table's power-of-two grid) must stay below 2^11
-/// at f + 14 table bits.
-const EPS_FLOOR: f64 = 6e-7;
-
-/// LayerNorm with the model's epsilon raised to [`EPS_FLOOR`] where it is below (BERT uses
-/// 1e-12, which the fixed-point LayerNorm cannot represent; the relative change of
-/// 1/√(σ² + ε) is below ε_floor/(2σ²), 5e-4 on the smallest variance of bert-tiny-random
-/// and 1e-4 on all-MiniLM-L6-v2's).
-async fn layernorm(
-    ctx: &mut Ctx,
-    x: &Shares,
-    rows: usize,
-    d: usize,
-    ln: &(Shares, Shares),
-    eps: f64,
-) -> Result<Shares, Error> {
-    proto::layernorm_rows(ctx, x, rows, d, &ln.0, &ln.1, eps.max(EPS_FLOOR)).await
-}
-
 /// The encoder on the client's batch: returns this party's shares of the last hidden
 /// state of the **real** tokens only, `n × d` with n = the number of mask-true positions,
 /// in batch order (padded positions are never computed: no row-wise work is spent on them,
 /// and as keys they are masked out anyway). Adds the per-kind costs to `costs`.
 ///
-/// Attention runs per sequence and head on blocks of `seq_len`: the real tokens first, zero
-/// rows after them, so that every query of sequence b sees the prefix of its `len_b` real
-/// keys; only the real query rows go through the softmax.
+/// Attention runs per sequence over its real tokens only
+/// ([`attention::bidirectional`]: sequences of equal length batched, all sharing rounds).
 ///
 /// # Errors
 /// `Misuse` for a batch that does not fit the model or the public shape (no input value
@@ -476,49 +503,48 @@ pub async fn encode_batch(
     input: Option<&BertBatch>,
     shape: &BatchShape,
     settings: &SecureSettings,
-    costs: &mut Vec<(&'static str, u64, u32)>,
+    costs: &mut LayerCosts,
 ) -> Result<Shares, Error> {
     let cfg = &model.cfg;
     shape
         .as_batch()
         .check_shape(cfg)
         .map_err(|_| Error::misuse("batch shape does not fit the model"))?;
-    let (d, h, hd) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim());
-    let (nb, l) = (shape.batch, shape.seq_len);
+    let d = cfg.hidden_size;
+    let heads = Heads {
+        q: cfg.num_attention_heads,
+        kv: cfg.num_attention_heads,
+        dim: cfg.head_dim(),
+    };
     let real = shape.real_rows();
     let lens = shape.lens();
-    let starts = shape.starts();
     let n = real.len();
     let width = cfg.vocab_size + cfg.type_vocab_size;
-    let f = ctx.fixed().frac_bits();
-    let me = ctx.me();
+    let bound = settings.residual_bound;
     let m0 = ctx.meter();
     // The client's one-hot rows: the word id and (offset by vocab) the token type.
-    let values = match (me == client, input) {
-        (true, Some(b)) => {
+    let hot = match input {
+        Some(b) if ctx.me() == client => {
             if b.check(cfg).is_err() || BatchShape::of(b) != *shape {
                 return Err(Error::misuse(
                     "the client's batch does not fit the model or the public shape",
                 ));
             }
-            let mut hot = vec![0u64; n * width];
-            for (r, &src) in real.iter().enumerate() {
-                let (id, t) = (b.input_ids[src] as usize, b.token_type_ids[src] as usize);
-                hot[r * width + id] = 1;
-                hot[r * width + cfg.vocab_size + t] = 1;
+            let mut hot = Vec::with_capacity(2 * n);
+            for &src in &real {
+                let (id, t) = (b.input_ids[src], b.token_type_ids[src]);
+                hot.extend([id, cfg.vocab_size as u32 + t]);
             }
             Some(hot)
         }
-        (true, None) => return Err(Error::misuse("the client must pass its batch")),
-        (false, _) => None,
+        _ => None,
     };
-    let onehot = proto::share_input(ctx, client, values.as_deref(), n * width).await?;
-    drop(values);
+    let one_hot = share_one_hot(ctx, client, hot.as_deref(), n, 2, width).await?;
+    drop(hot);
     let m1 = ctx.meter();
-    add_cost(costs, "input", m0, m1);
-    // Integral one-hot: no truncation.
-    let emb = proto::matmul(ctx, &onehot, &model.emb_table, n, width, d).await?;
-    drop(onehot);
+    costs.add(LayerKind::Input, m0, m1);
+    let emb = embed(ctx, &one_hot, &model.emb_table, n, width, d).await?;
+    drop(one_hot);
     let pos_ids = shape.as_batch().position_ids(cfg);
     let pos_idx: Vec<usize> = real
         .iter()
@@ -529,125 +555,38 @@ pub async fn encode_batch(
         .collect();
     let x = emb.add(&model.position.gather(&pos_idx)?)?;
     let m2 = ctx.meter();
-    add_cost(costs, "embedding", m1, m2);
-    let eps = cfg.layer_norm_eps;
-    let mut x = layernorm(ctx, &x, n, d, &model.emb_ln, eps).await?;
-    add_cost(costs, "layernorm", m2, ctx.meter());
-
-    // Index plans (public, the same every layer). `zero` is a trailing zero slot.
-    let zero = n * 3 * d;
-    let head_idx = |part: usize, transpose: bool| -> Vec<usize> {
-        let mut idx = Vec::with_capacity(nb * h * l * hd);
-        let at = |b: usize, t: usize, hh: usize, j: usize| {
-            if t < lens[b] {
-                (starts[b] + t) * 3 * d + part * d + hh * hd + j
-            } else {
-                zero
-            }
-        };
-        for b in 0..nb {
-            for hh in 0..h {
-                if transpose {
-                    for j in 0..hd {
-                        idx.extend((0..l).map(|t| at(b, t, hh, j)));
-                    }
-                } else {
-                    for t in 0..l {
-                        idx.extend((0..hd).map(|j| at(b, t, hh, j)));
-                    }
-                }
-            }
-        }
-        idx
-    };
-    let (q_idx, kt_idx, v_idx) = (head_idx(0, false), head_idx(1, true), head_idx(2, false));
-    // Real query rows (b, head, i < len_b) of the score blocks, and their valid keys.
-    let mut sel = Vec::with_capacity(h * n * l);
-    let mut valid = Vec::with_capacity(h * n);
-    for (b, &len) in lens.iter().enumerate() {
-        for hh in 0..h {
-            for i in 0..len {
-                let row = ((b * h + hh) * l + i) * l;
-                sel.extend(row..row + l);
-                valid.push(len);
-            }
-        }
-    }
-    // Back to full blocks: zero rows for the padded queries.
-    let zero_p = h * n * l;
-    let mut back = Vec::with_capacity(nb * h * l * l);
-    for (&len, &start) in lens.iter().zip(&starts) {
-        for hh in 0..h {
-            for i in 0..l {
-                if i < len {
-                    let r = h * start + hh * len + i;
-                    back.extend(r * l..(r + 1) * l);
-                } else {
-                    back.extend(std::iter::repeat_n(zero_p, l));
-                }
-            }
-        }
-    }
-    let merge: Vec<usize> = (0..nb)
-        .flat_map(|b| {
-            (0..lens[b]).flat_map(move |t| {
-                (0..h).flat_map(move |hh| (0..hd).map(move |j| ((b * h + hh) * l + t) * hd + j))
-            })
-        })
-        .collect();
-    let zero1 = Shares::zeros(me, 1);
-
+    costs.add(LayerKind::Embedding, m1, m2);
+    let mut x = model.emb_ln.forward(ctx, &x, n, d, bound).await?;
+    costs.add(LayerKind::LayerNorm, m2, ctx.meter());
+    let act = Activation::from(cfg.activation);
     for layer in &model.layers {
         let a0 = ctx.meter();
-        let qkv = linear(ctx, &x, &layer.qkv, n).await?;
-        let a1 = ctx.meter();
-        add_cost(costs, "linear", a0, a1);
-        let qkv = Shares::concat(&[&qkv, &zero1])?;
-        let (q, kt, v) = (
-            qkv.gather(&q_idx)?,
-            qkv.gather(&kt_idx)?,
-            qkv.gather(&v_idx)?,
-        );
+        let qkv = layer.qkv.forward(ctx, &x, n).await?;
+        costs.add(LayerKind::Linear, a0, ctx.meter());
+        let ctxv =
+            attention::bidirectional(ctx, heads, &qkv, &lens, settings.softmax_exp, costs).await?;
         drop(qkv);
-        let scores = proto::matmul_batch(ctx, &q, &kt, nb * h, (l, hd, l)).await?;
-        let scores = proto::trunc(ctx, &scores.gather(&sel)?, f).await?;
+        let a1 = ctx.meter();
+        let attn = layer.attn_out.forward(ctx, &ctxv, n).await?;
         let a2 = ctx.meter();
-        add_cost(costs, "attention matmul", a1, a2);
-        let probs =
-            proto::softmax_rows_with(ctx, &scores, h * n, l, &valid, settings.softmax_exp).await?;
-        let probs = Shares::concat(&[&probs, &zero1])?.gather(&back)?;
+        costs.add(LayerKind::Linear, a1, a2);
+        x = layer
+            .attn_ln
+            .forward(ctx, &x.add(&attn)?, n, d, bound)
+            .await?;
         let a3 = ctx.meter();
-        add_cost(costs, "softmax", a2, a3);
-        let ctxv = proto::matmul_batch(ctx, &probs, &v, nb * h, (l, l, hd)).await?;
-        let ctxv = proto::trunc(ctx, &ctxv.gather(&merge)?, f).await?;
+        costs.add(LayerKind::LayerNorm, a2, a3);
+        let hidden = layer.inter.forward(ctx, &x, n).await?;
         let a4 = ctx.meter();
-        add_cost(costs, "attention matmul", a3, a4);
-        let attn = linear(ctx, &ctxv, &layer.attn_out, n).await?;
+        costs.add(LayerKind::Linear, a3, a4);
+        let h = act.forward(ctx, &hidden, settings).await?;
         let a5 = ctx.meter();
-        add_cost(costs, "linear", a4, a5);
-        x = layernorm(ctx, &x.add(&attn)?, n, d, &layer.attn_ln, eps).await?;
+        costs.add(act.kind(), a4, a5);
+        let o = layer.out.forward(ctx, &h, n).await?;
         let a6 = ctx.meter();
-        add_cost(costs, "layernorm", a5, a6);
-        let hidden = linear(ctx, &x, &layer.inter, n).await?;
-        let a7 = ctx.meter();
-        add_cost(costs, "linear", a6, a7);
-        let act = match settings.gelu {
-            GeluApprox::Piecewise(fit) => proto::gelu_with(ctx, &hidden, &fit).await?,
-            GeluApprox::Precise => {
-                let form = match cfg.activation {
-                    Activation::GeluErf => GeluForm::Erf,
-                    Activation::GeluTanh => GeluForm::Tanh,
-                };
-                proto::gelu_precise(ctx, &hidden, form).await?
-            }
-        };
-        let a8 = ctx.meter();
-        add_cost(costs, "gelu", a7, a8);
-        let o = linear(ctx, &act, &layer.out, n).await?;
-        let a9 = ctx.meter();
-        add_cost(costs, "linear", a8, a9);
-        x = layernorm(ctx, &x.add(&o)?, n, d, &layer.out_ln, eps).await?;
-        add_cost(costs, "layernorm", a9, ctx.meter());
+        costs.add(LayerKind::Linear, a5, a6);
+        x = layer.out_ln.forward(ctx, &x.add(&o)?, n, d, bound).await?;
+        costs.add(LayerKind::LayerNorm, a6, ctx.meter());
     }
     Ok(x)
 }
@@ -724,10 +663,10 @@ pub async fn pool_and_classify(
         .flat_map(|s| (0..d).map(move |j| s * d + j))
         .collect();
     let x = hidden.gather(&first)?;
-    let p = linear(ctx, &x, pooler, shape.batch).await?;
+    let p = pooler.forward(ctx, &x, shape.batch).await?;
     let pooled = tanh(ctx, &p).await?;
     let logits = match &model.classifier {
-        Some(c) => Some(linear(ctx, &pooled, c, shape.batch).await?),
+        Some(c) => Some(c.forward(ctx, &pooled, shape.batch).await?),
         None => None,
     };
     Ok((pooled, logits))
@@ -753,7 +692,7 @@ pub async fn run(
     if outputs.logits && model.heads.labels == 0 {
         return Err(Error::misuse("the model has no classification head"));
     }
-    let mut costs = Vec::new();
+    let mut costs = LayerCosts::default();
     let hidden = encode_batch(ctx, model, client, input, shape, settings, &mut costs).await?;
     let d = model.cfg.hidden_size;
     let mut parts: Vec<Shares> = Vec::new();
@@ -776,17 +715,17 @@ pub async fn run(
         }
     }
     let m1 = ctx.meter();
-    add_cost(&mut costs, "pooler and classifier", m0, m1);
+    costs.add(LayerKind::Pooler, m0, m1);
     if outputs.embeddings {
         let e = sentence_embeddings(ctx, &hidden, shape, d).await?;
         lens.push(e.len());
         parts.push(e);
     }
     let m2 = ctx.meter();
-    add_cost(&mut costs, "mean pooling", m1, m2);
+    costs.add(LayerKind::MeanPooling, m1, m2);
     let all = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
     let opened = proto::reveal_to(ctx, &all, client).await?;
-    add_cost(&mut costs, "output", m2, ctx.meter());
+    costs.add(LayerKind::Output, m2, ctx.meter());
     let mut out = Revealed {
         costs,
         ..Revealed::default()

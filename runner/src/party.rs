@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use puma_core::{Ctx, Error, PartyId, Width};
-use puma_layers::gpt2::secure::{self, Observer, OutputMode, SecureSettings, SharedGpt2};
+use puma_layers::nn::{Observer, OutputMode, SecureSettings, SharedDecoder, generate};
 use puma_layers::{Gpt2Config, Gpt2Weights};
 use puma_transports::loopback::Network;
 use puma_transports::tls::{Identity, Pins, read_cert};
@@ -298,10 +298,10 @@ pub fn gpt2_protocol(
                     Error::protocol(CLIENT, "announced sizes do not fit the model")
                 });
             }
-            // The owner's plaintext weights go in by value: `share` drops them (this is the
-            // last reference) as soon as they are encoded, before the masks are drawn.
-            let shared = SharedGpt2::share(&mut ctx, OWNER, &config, weights).await?;
-            let generation = secure::generate(
+            let shared = SharedDecoder::share(&mut ctx, OWNER, &config, weights.as_deref()).await?;
+            // The owner's plaintext is not needed any more.
+            drop(weights);
+            let generation = generate(
                 &mut ctx,
                 &shared,
                 CLIENT,

@@ -3,7 +3,7 @@
 //! Roles (DESIGN.md §1): P0 is the **client**, which holds the prompt and alone learns the
 //! output; P1 is the **model owner**, which holds the weights; P2 is a helper that holds
 //! shares only. The owner shares the weights (one masked vector), the client shares the
-//! prompt's one-hot rows, and the parties run [`puma_layers::gpt2::secure::generate`] with a
+//! prompt's one-hot rows, and the parties run [`puma_layers::nn::generate`] with a
 //! secret-shared KV cache over the in-memory transport ([`puma_transports::mem::run3`]).
 //!
 //! [`run_secure`] is the whole orchestration (share, generate, collect, optionally compare
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::config::InputError;
 use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
-use puma_layers::gpt2::secure::{
-    self, Generation, LayerCosts, Observer, OutputMode, Progress, SecureSettings, SharedGpt2,
+use puma_layers::nn::{
+    Generation, LayerCosts, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
 };
 use puma_layers::{Gpt2Config, Gpt2Weights, LoadError, load_gpt2};
 use puma_transports::{TransportError, mem};
@@ -287,7 +287,7 @@ pub fn run_secure(
         move |mut ctx| async move {
             let t0 = Instant::now();
             let m0 = ctx.meter();
-            let shared = SharedGpt2::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
+            let shared = SharedDecoder::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
             // The owner's plaintext is not needed any more.
             drop(w);
             let m1 = ctx.meter();
@@ -307,7 +307,7 @@ pub fn run_secure(
                 })
             };
             let gen_start = Instant::now();
-            let generation = secure::generate(
+            let generation = generate(
                 &mut ctx,
                 &shared,
                 CLIENT,

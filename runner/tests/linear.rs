@@ -1,7 +1,7 @@
 //! The demo's secure linear layer, end to end over the threaded transport.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use puma_examples::linear::{DemoError, LinearDemo, plaintext_linear, pseudo_random, run_linear};
+use puma_runner::linear::{DemoError, LinearDemo, plaintext_linear, pseudo_random, run_linear};
 
 #[test]
 fn plaintext_reference_is_a_linear_layer() {

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use puma_examples::llama::{
+use puma_layers::config::InputError;
+use puma_runner::llama::{
     LlamaError, LlamaRunOptions, SMOLLM2_GGUF, TINY_MODEL_DIR, load_model, run_secure,
 };
-use puma_layers::config::InputError;
 use safetensors::SafeTensors;
 
 fn ids(path: &Path, key: &str) -> Vec<u32> {

@@ -39,13 +39,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use puma_core::{Config, PartyId};
-use puma_examples::bert::{BERT_BASE, BERT_LARGE, BertShape, synthetic_ids, synthetic_model};
-use puma_examples::random_gpt2::{
-    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
-};
 use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::{self as bert_secure, BatchShape, BertHeads, SharedBert};
-use puma_layers::gpt2::secure::{OutputMode, SecureSettings, SharedGpt2, generate};
+use puma_layers::nn::{LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_runner::bert::{BERT_BASE, BERT_LARGE, BertShape, synthetic_ids, synthetic_model};
+use puma_runner::random_gpt2::{
+    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
+};
 use serde_json::json;
 
 /// Prompt tokens, as in PUMA's GPT-2 table.
@@ -210,7 +210,7 @@ struct Figures {
 /// What one party's thread reports from a run.
 struct PartyRun {
     /// Payload bytes and epochs per layer kind during inference.
-    costs: Vec<(&'static str, u64, u32)>,
+    costs: LayerCosts,
     /// Time spent sharing the model, seconds.
     share_secs: f64,
     /// Payload bytes sent while sharing the model.
@@ -254,8 +254,8 @@ impl Figures {
             fig.share_bytes[i] = r.share_bytes as f64;
             fig.infer_bytes[i] = (out.stats[i].payload_bytes_total() - r.share_bytes) as f64;
             fig.infer_rounds = fig.infer_rounds.max(f64::from(r.epochs));
-            for (kind, bytes, epochs) in &r.costs {
-                let Some(k) = kinds.iter().position(|k| k == kind) else {
+            for (kind, bytes, epochs) in &r.costs.entries {
+                let Some(k) = kinds.iter().position(|k| *k == kind.name()) else {
                     return Err(format!("unknown layer kind {kind:?}"));
                 };
                 fig.breakdown[k].0 += *bytes as f64;
@@ -334,8 +334,9 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
             let (cfg, w) = &*model;
             let cpu0 = thread_cpu_secs().unwrap_or(0.0);
             let t = Instant::now();
-            let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
-                .await?;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
             let shared_at = Instant::now();
@@ -355,7 +356,7 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
             let cpu = (cpu1 - cpu0, thread_cpu_secs().unwrap_or(0.0) - cpu1);
             Ok(PartyRun {
                 epochs: g.step_costs.iter().map(|&(_, e)| e).sum(),
-                costs: g.costs.entries,
+                costs: g.costs,
                 share_secs,
                 share_bytes,
                 shared_at,
@@ -378,7 +379,7 @@ fn run_bert(shape: BertShape, layers: usize) -> Result<Figures, String> {
     let batch = Arc::new(BertBatch::single(&synthetic_ids(BERT_TOKENS)));
     let batch_shape = BatchShape::of(&batch);
     let heads = BertHeads::of(&model.weights);
-    let settings = bert_secure::SecureSettings::default();
+    let settings = SecureSettings::default();
     let outputs = bert_secure::Outputs {
         embeddings: true,
         ..bert_secure::Outputs::default()

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use puma_core::{Config, PartyId};
-use puma_examples::gpt2::{DEFAULT_MODEL_DIR, load_model};
 use puma_layers::gpt2::plain::PlainGpt2;
-use puma_layers::gpt2::secure::{SecureSettings, SharedGpt2, forward_logits};
+use puma_layers::nn::{SecureSettings, SharedDecoder, forward_logits};
+use puma_runner::gpt2::{DEFAULT_MODEL_DIR, load_model};
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -122,7 +122,7 @@ fn main() -> ExitCode {
             let window = window.clone();
             move |mut ctx| async move {
                 let (cfg, weights) = &*shared;
-                let m = SharedGpt2::share(
+                let m = SharedDecoder::share(
                     &mut ctx,
                     PartyId::P1,
                     cfg,

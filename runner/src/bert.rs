@@ -20,15 +20,14 @@ use std::time::{Duration, Instant};
 use ndarray::Array2;
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::bert::plain::{cosine_matrix, mean_pool_normalized};
-use puma_layers::bert::secure::{
-    BatchShape, BertHeads, Outputs, Revealed, SecureSettings, SharedBert, run,
-};
+use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, Revealed, SharedBert, run};
 use puma_layers::bert::weights::Linear;
 use puma_layers::bert::{
     BertBatch, BertConfig, BertError, BertFlavor, BertLayer, BertWeights, PlainBert,
 };
 use puma_layers::checkpoint::LayerNormWeights;
 use puma_layers::config::Activation;
+use puma_layers::nn::{LayerCosts, SecureSettings};
 use puma_transports::{TransportError, mem};
 
 /// The client: holds the sentences and learns the output.
@@ -220,7 +219,7 @@ pub struct BertReport {
     /// The client's outputs and its per-kind costs.
     pub client: Revealed,
     /// Per-kind costs of P1 and P2.
-    pub others: [Vec<(&'static str, u64, u32)>; 2],
+    pub others: [LayerCosts; 2],
     /// Payload bytes each party sent while the model was shared, and the epochs.
     pub share_model: [(u64, u32); 3],
     /// Each party's counters.

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use puma_core::{Config, PartyId};
-use puma_examples::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
-use puma_examples::party::{Gpt2Job, gpt2_protocol};
 use puma_layers::Gpt2Tokenizer;
-use puma_layers::gpt2::secure::SecureSettings;
+use puma_layers::nn::SecureSettings;
+use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
+use puma_runner::party::{Gpt2Job, gpt2_protocol};
 use puma_transports::loopback::{self, Network};
 use puma_transports::mem;
 

@@ -19,10 +19,10 @@
 use std::process::ExitCode;
 
 use ndarray::{Array1, Array2};
-use puma_examples::llama::{LlamaRunOptions, LoadedLlama, run_secure};
-use puma_layers::gpt2::secure::LayerCosts;
-use puma_layers::llama::secure::{LlamaSettings, SiluApprox};
 use puma_layers::llama::{LlamaConfig, LlamaLayer, LlamaWeights};
+use puma_layers::nn::LayerCosts;
+use puma_layers::nn::{SecureSettings, SiluApprox};
+use puma_runner::llama::{LlamaRunOptions, LoadedLlama, run_secure};
 
 /// A deterministic generator of small weights (xorshift64*, uniform in ±√3·std).
 struct Weights(u64);
@@ -98,9 +98,9 @@ fn measure(
     let prompt: Vec<u32> = (0..8).map(|t| 1000 + 37 * t).collect();
     let opts = LlamaRunOptions {
         max_new_tokens: 1,
-        settings: LlamaSettings {
+        settings: SecureSettings {
             silu,
-            ..LlamaSettings::default()
+            ..SecureSettings::default()
         },
         ..LlamaRunOptions::default()
     };

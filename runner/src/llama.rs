@@ -1,7 +1,7 @@
 //! Secure greedy generation with LLaMA-style decoders among three parties on three threads
 //! in one process: P0 is the **client** (prompt, output), P1 the **model owner** (weights),
 //! P2 a helper. The owner shares the weights once; then each prompt runs
-//! [`puma_layers::llama::secure::generate`] with a secret-shared KV cache over the in-memory
+//! [`puma_layers::nn::generate`] with a secret-shared KV cache over the in-memory
 //! transport ([`puma_transports::mem::run3`]).
 //!
 //! Models: a Hugging Face `LlamaForCausalLM` directory (`config.json` +
@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::config::InputError;
 use puma_layers::gpt2::plain::argmax_with_margin;
-use puma_layers::gpt2::secure::{LayerCosts, OutputMode};
 use puma_layers::llama::plain::PlainLlama;
-use puma_layers::llama::secure::{self, LlamaGeneration, LlamaSettings, SharedLlama};
 use puma_layers::llama::{LlamaConfig, LlamaLoadError, LlamaWeights, load_gguf, load_hf};
+use puma_layers::nn::{
+    Generation, LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate,
+};
 use puma_transports::{TransportError, mem};
 
 /// The tiny random LLaMA shipped in the repository (2 layers, width 64, GQA 4/2).
@@ -128,7 +129,7 @@ pub struct LlamaRunOptions {
     /// What the client learns at each step.
     pub mode: OutputMode,
     /// Approximation settings.
-    pub settings: LlamaSettings,
+    pub settings: SecureSettings,
     /// Also run the plaintext `f64` model and compare.
     pub compare_plaintext: bool,
     /// Session id and seed of the parties' entropy (demos and tests only).
@@ -140,7 +141,7 @@ impl Default for LlamaRunOptions {
         LlamaRunOptions {
             max_new_tokens: 8,
             mode: OutputMode::RevealLogits,
-            settings: LlamaSettings::default(),
+            settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
         }
@@ -202,7 +203,7 @@ impl LlamaReport {
 }
 
 struct PartyOutput {
-    generations: Vec<(LlamaGeneration, Duration)>,
+    generations: Vec<(Generation, Duration)>,
     share_bytes: u64,
     share_time: Duration,
 }
@@ -255,7 +256,7 @@ pub fn run_secure(
         move |mut ctx| async move {
             let t0 = Instant::now();
             let m0 = ctx.meter();
-            let shared = SharedLlama::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
+            let shared = SharedDecoder::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
             drop(w);
             let share_bytes = ctx.meter().payload_bytes_sent - m0.payload_bytes_sent;
             let share_time = t0.elapsed();
@@ -263,7 +264,7 @@ pub fn run_secure(
             for p in ps.iter() {
                 let t = Instant::now();
                 let prompt = (me == CLIENT).then_some(&p[..]);
-                let g = secure::generate(
+                let g = generate(
                     &mut ctx,
                     &shared,
                     CLIENT,
@@ -312,15 +313,7 @@ pub fn run_secure(
         if g.ids.len() != max_new {
             return Err(LlamaError::MissingOutput("generated ids"));
         }
-        for (k, b, e) in &g.costs.entries {
-            match layer_costs.entries.iter_mut().find(|(x, _, _)| x == k) {
-                Some(entry) => {
-                    entry.1 += b;
-                    entry.2 += e;
-                }
-                None => layer_costs.entries.push((k, *b, *e)),
-            }
-        }
+        layer_costs.merge(&g.costs);
         let plaintext = match &plain {
             Some(m) => Some(compare_plain(m, p, &g.ids, &g.logits)?),
             None => None,

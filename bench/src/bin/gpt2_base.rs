@@ -12,10 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use puma_core::{Config, PartyId};
-use puma_examples::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
-use puma_layers::gpt2::secure::{
-    Observer, OutputMode, Progress, SecureSettings, SharedGpt2, generate,
-};
+use puma_layers::nn::{Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate};
+use puma_runner::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
 
 fn main() -> ExitCode {
     let mut new_tokens = 1usize;
@@ -59,8 +57,9 @@ fn main() -> ExitCode {
         move |mut ctx| async move {
             let (cfg, w) = &*model;
             let t = Instant::now();
-            let m = SharedGpt2::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
-                .await?;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
             let t = Instant::now();

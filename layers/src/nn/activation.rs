@@ -1,0 +1,60 @@
+//! Activation functions on shares, by name, with the approximation the settings choose.
+
+use puma_core::proto::GeluForm;
+use puma_core::{Ctx, Error, Shares, proto};
+
+use super::cost::LayerKind;
+use super::protocols::silu_precise;
+use super::settings::{GeluApprox, SecureSettings, SiluApprox};
+
+/// The activation a model's MLP applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// GeLU in its erf form or its tanh form.
+    Gelu(GeluForm),
+    /// SiLU (x·σ(x)).
+    Silu,
+}
+
+impl Activation {
+    /// The kind its cost is attributed to.
+    pub fn kind(self) -> LayerKind {
+        match self {
+            Activation::Gelu(_) => LayerKind::Gelu,
+            Activation::Silu => LayerKind::Silu,
+        }
+    }
+
+    /// The activation of every element of `x`, with the approximation `settings` picks.
+    ///
+    /// # Errors
+    /// `Protocol` on a malformed message.
+    pub async fn forward(
+        self,
+        ctx: &mut Ctx,
+        x: &Shares,
+        settings: &SecureSettings,
+    ) -> Result<Shares, Error> {
+        match (self, settings.gelu, settings.silu) {
+            (Activation::Gelu(_), GeluApprox::Piecewise(fit), _) => {
+                proto::gelu_with(ctx, x, &fit).await
+            }
+            (Activation::Gelu(form), GeluApprox::Precise, _) => {
+                proto::gelu_precise(ctx, x, form).await
+            }
+            (Activation::Silu, _, SiluApprox::Piecewise) => proto::silu(ctx, x).await,
+            (Activation::Silu, _, SiluApprox::Precise) => {
+                silu_precise(ctx, x, settings.softmax_exp).await
+            }
+        }
+    }
+}
+
+impl From<crate::config::Activation> for Activation {
+    fn from(a: crate::config::Activation) -> Activation {
+        match a {
+            crate::config::Activation::GeluErf => Activation::Gelu(GeluForm::Erf),
+            crate::config::Activation::GeluTanh => Activation::Gelu(GeluForm::Tanh),
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Scaled dot-product attention on shares: one implementation for multi-head and
+//! grouped-query heads (multi-head is the case of as many KV heads as heads), causal over a
+//! secret-shared KV cache for decoders, and over padded batches of sequences for encoders.
+//!
+//! The 1/√head_dim scaling is folded into the query weights by the owner, so scores are
+//! plain products. All heads and rows of a layer share the rounds: each of the two batched
+//! products is one fused product+truncation (2 rounds, 300 bits per output element over the
+//! parties), the softmax runs over all rows at once with a public mask (masked positions are
+//! never compared and get weight exactly 0).
+
+use puma_core::proto::ExpApprox;
+use puma_core::{Ctx, Error, Shares, proto};
+
+use super::cost::{LayerCosts, LayerKind};
+
+/// The public head layout of an attention layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub q: usize,
+    /// Key/value heads; divides `q` (each serves `q / kv` query heads).
+    pub kv: usize,
+    /// Width of one head.
+    pub dim: usize,
+}
+
+impl Heads {
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        self.q / self.kv.max(1)
+    }
+
+    /// Width of all query heads.
+    pub fn q_width(&self) -> usize {
+        self.q * self.dim
+    }
+
+    /// Width of all key (or value) heads.
+    pub fn kv_width(&self) -> usize {
+        self.kv * self.dim
+    }
+}
+
+/// One layer's secret-shared keys and values of all positions so far, per KV head
+/// (`T × dim` each).
+#[derive(Debug, Default)]
+struct LayerKv {
+    keys: Vec<Shares>,
+    values: Vec<Shares>,
+}
+
+/// The secret-shared KV cache of a decoder: every layer's keys and values so far.
+#[derive(Debug, Default)]
+pub struct KvCache {
+    layers: Vec<LayerKv>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Records that `rows` more positions were appended to every layer.
+    pub(crate) fn advance(&mut self, rows: usize) {
+        self.len += rows;
+    }
+}
+
+/// The core of attention: `batches` independent problems, each `rows` queries against
+/// `keys` keys of width `dim` (`q`: `batches × rows × dim`, `kt`: `batches × dim × keys`,
+/// `v`: `batches × keys × dim`); query row r (over all batches) sees the first `valid[r]`
+/// keys. Returns `batches × rows × dim`.
+#[allow(clippy::too_many_arguments)]
+async fn attend(
+    ctx: &mut Ctx,
+    (q, kt, v): (&Shares, &Shares, &Shares),
+    batches: usize,
+    (rows, dim, keys): (usize, usize, usize),
+    valid: &[usize],
+    exp: ExpApprox,
+    costs: &mut LayerCosts,
+) -> Result<Shares, Error> {
+    let m0 = ctx.meter();
+    let scores = proto::matmul_batch_fixed(ctx, q, kt, batches, (rows, dim, keys)).await?;
+    let m1 = ctx.meter();
+    costs.add(LayerKind::AttentionMatmul, m0, m1);
+    let probs = proto::softmax_rows_with(ctx, &scores, batches * rows, keys, valid, exp).await?;
+    let m2 = ctx.meter();
+    costs.add(LayerKind::Softmax, m1, m2);
+    let out = proto::matmul_batch_fixed(ctx, &probs, v, batches, (rows, keys, dim)).await?;
+    costs.add(LayerKind::AttentionMatmul, m2, ctx.meter());
+    Ok(out)
+}
+
+/// Gather indices of `heads` heads of width `dim` starting at column `offset` of `rows`
+/// rows of width `width`, laid out `heads × rows × dim`.
+pub(crate) fn split_heads(
+    rows: usize,
+    width: usize,
+    offset: usize,
+    heads: usize,
+    dim: usize,
+) -> Vec<usize> {
+    let mut idx = Vec::with_capacity(heads * rows * dim);
+    for h in 0..heads {
+        for i in 0..rows {
+            idx.extend((0..dim).map(|j| i * width + offset + h * dim + j));
+        }
+    }
+    idx
+}
+
+/// Gather indices that turn `heads × rows × dim` back into `rows × (heads·dim)`.
+fn merge_heads(rows: usize, heads: usize, dim: usize) -> Vec<usize> {
+    (0..rows)
+        .flat_map(|i| (0..heads).flat_map(move |h| (0..dim).map(move |j| (h * rows + i) * dim + j)))
+        .collect()
+}
+
+/// The transpose of a row-major `rows × cols` matrix, as gather indices.
+pub(crate) fn transpose(rows: usize, cols: usize) -> Vec<usize> {
+    (0..cols)
+        .flat_map(|j| (0..rows).map(move |i| i * cols + j))
+        .collect()
+}
+
+/// Causal attention of `rows` new positions over the cached ones and themselves, for
+/// `layer` of `cache`: `q` is `heads.q × rows × dim`, `k_new` and `v_new` are
+/// `heads.kv × rows × dim` (positional encoding already applied). Appends the new keys and
+/// values to the cache (the caller advances its length once all layers ran). Query heads
+/// of one KV head are stacked as `group·rows` rows of one product. Returns
+/// `rows × (heads.q·dim)`.
+///
+/// # Errors
+/// `Misuse` for mismatched lengths; `Protocol` on a malformed message.
+#[allow(clippy::too_many_arguments)]
+pub async fn causal(
+    ctx: &mut Ctx,
+    heads: Heads,
+    (q, k_new, v_new): (&Shares, &Shares, &Shares),
+    rows: usize,
+    cache: &mut KvCache,
+    layer: usize,
+    exp: ExpApprox,
+    costs: &mut LayerCosts,
+) -> Result<Shares, Error> {
+    let (hd, kvh, g) = (heads.dim, heads.kv, heads.group());
+    let past = cache.len;
+    let total = past + rows;
+    while cache.layers.len() <= layer {
+        cache.layers.push(LayerKv::default());
+    }
+    let lkv = cache
+        .layers
+        .get_mut(layer)
+        .ok_or(Error::bug("KV cache has the wrong number of layers"))?;
+    if lkv.keys.is_empty() {
+        lkv.keys = (0..kvh).map(|_| Shares::zeros(ctx.me(), 0)).collect();
+        lkv.values = (0..kvh).map(|_| Shares::zeros(ctx.me(), 0)).collect();
+    }
+    let kt_idx = transpose(total, hd);
+    let mut kt_parts = Vec::with_capacity(kvh);
+    for (kv, (kc, vc)) in lkv.keys.iter_mut().zip(lkv.values.iter_mut()).enumerate() {
+        let span = kv * rows * hd..(kv + 1) * rows * hd;
+        *kc = Shares::concat(&[kc, &k_new.slice(span.clone())?])?;
+        *vc = Shares::concat(&[vc, &v_new.slice(span)?])?;
+        kt_parts.push(kc.gather(&kt_idx)?);
+    }
+    let kt = Shares::concat(&kt_parts.iter().collect::<Vec<_>>())?;
+    let vcat = Shares::concat(&lkv.values.iter().collect::<Vec<_>>())?;
+    // Row i of every query head (position past + i) sees keys 0..=past + i.
+    let valid: Vec<usize> = (0..heads.q)
+        .flat_map(|_| (0..rows).map(move |i| past + i + 1))
+        .collect();
+    let out = attend(
+        ctx,
+        (q, &kt, &vcat),
+        kvh,
+        (g * rows, hd, total),
+        &valid,
+        exp,
+        costs,
+    )
+    .await?;
+    out.gather(&merge_heads(rows, heads.q, hd))
+}
+
+/// Bidirectional attention over a batch of sequences of public lengths `lens`, whose rows
+/// (real tokens only, in batch order) are the `Σ lens × 3·q_width` rows of `qkv`
+/// (queries, keys, values side by side; multi-head). Sequences of equal length share one
+/// batched product; all groups share the rounds. No padded position is ever computed.
+/// Returns `Σ lens × q_width`.
+///
+/// # Errors
+/// `Misuse` for mismatched lengths; `Protocol` on a malformed message.
+pub async fn bidirectional(
+    ctx: &mut Ctx,
+    heads: Heads,
+    qkv: &Shares,
+    lens: &[usize],
+    exp: ExpApprox,
+    costs: &mut LayerCosts,
+) -> Result<Shares, Error> {
+    let (h, hd) = (heads.q, heads.dim);
+    let d = heads.q_width();
+    let n: usize = lens.iter().sum();
+    if heads.kv != h || qkv.len() != n * 3 * d {
+        return Err(Error::misuse("attention input does not match the batch"));
+    }
+    let starts: Vec<usize> = lens
+        .iter()
+        .scan(0, |acc, &l| {
+            let s = *acc;
+            *acc += l;
+            Some(s)
+        })
+        .collect();
+    let mut groups: Vec<usize> = lens.iter().copied().filter(|&l| l > 0).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    // Per group: the sequences of that length, their q (seq × h × l × hd), kᵀ, v.
+    let mut inputs = Vec::with_capacity(groups.len());
+    for &l in &groups {
+        let seqs: Vec<usize> = (0..lens.len()).filter(|&b| lens[b] == l).collect();
+        let at = |b: usize, t: usize, part: usize, hh: usize, j: usize| {
+            (starts[b] + t) * 3 * d + part * d + hh * hd + j
+        };
+        let mut qi = Vec::with_capacity(seqs.len() * h * l * hd);
+        let mut ki = Vec::with_capacity(qi.capacity());
+        let mut vi = Vec::with_capacity(qi.capacity());
+        for &b in &seqs {
+            for hh in 0..h {
+                for t in 0..l {
+                    qi.extend((0..hd).map(|j| at(b, t, 0, hh, j)));
+                    vi.extend((0..hd).map(|j| at(b, t, 2, hh, j)));
+                }
+                for j in 0..hd {
+                    ki.extend((0..l).map(|t| at(b, t, 1, hh, j)));
+                }
+            }
+        }
+        inputs.push((
+            seqs,
+            l,
+            qkv.gather(&qi)?,
+            qkv.gather(&ki)?,
+            qkv.gather(&vi)?,
+        ));
+    }
+    let mut forks: Vec<Ctx> = inputs.iter().map(|_| ctx.fork()).collect();
+    // Three phases, each joined over the groups so that they share its rounds.
+    let m0 = ctx.meter();
+    let scores = puma_core::try_join_all(
+        forks
+            .iter_mut()
+            .zip(&inputs)
+            .map(|(c, (seqs, l, q, kt, _))| {
+                proto::matmul_batch_fixed(c, q, kt, seqs.len() * h, (*l, hd, *l))
+            })
+            .collect(),
+    )
+    .await?;
+    let m1 = ctx.meter();
+    costs.add(LayerKind::AttentionMatmul, m0, m1);
+    let valid: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|(seqs, l, ..)| vec![*l; seqs.len() * h * l])
+        .collect();
+    let probs = puma_core::try_join_all(
+        forks
+            .iter_mut()
+            .zip(&inputs)
+            .zip(scores.iter().zip(&valid))
+            .map(|((c, (_, l, ..)), (s, val))| {
+                proto::softmax_rows_with(c, s, val.len(), *l, val, exp)
+            })
+            .collect(),
+    )
+    .await?;
+    let m2 = ctx.meter();
+    costs.add(LayerKind::Softmax, m1, m2);
+    let outs = puma_core::try_join_all(
+        forks
+            .iter_mut()
+            .zip(&inputs)
+            .zip(&probs)
+            .map(|((c, (seqs, l, _, _, v)), p)| {
+                proto::matmul_batch_fixed(c, p, v, seqs.len() * h, (*l, *l, hd))
+            })
+            .collect(),
+    )
+    .await?;
+    costs.add(LayerKind::AttentionMatmul, m2, ctx.meter());
+    // Back to rows in batch order: sequence b is the k-th of its group, `h × l × hd`.
+    let mut place = vec![(0usize, 0usize); lens.len()];
+    let mut offset = 0;
+    for ((seqs, l, ..), o) in inputs.iter().zip(&outs) {
+        for (k, &b) in seqs.iter().enumerate() {
+            if let Some(p) = place.get_mut(b) {
+                *p = (offset + k * h * l * hd, *l);
+            }
+        }
+        offset += o.len();
+    }
+    let all = Shares::concat(&outs.iter().collect::<Vec<_>>())?;
+    let mut idx = Vec::with_capacity(n * d);
+    for &(base, l) in &place {
+        for t in 0..l {
+            for hh in 0..h {
+                idx.extend((0..hd).map(|j| base + (hh * l + t) * hd + j));
+            }
+        }
+    }
+    all.gather(&idx)
+}

@@ -1,0 +1,808 @@
+//! The one decoder path: a decoder-only Transformer (GPT-2, LLaMA and their kin) described
+//! by a public [`DecoderSpec`], shared from the owner's weights through a
+//! [`DecoderArch`] (the architecture's wiring: which checkpoint tensor feeds which shared
+//! tensor, in which layout), evaluated by one forward pass and one generation loop with a
+//! secret-shared KV cache (each further token costs one row of work) and three output
+//! modes.
+
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, proto};
+
+use super::activation::Activation;
+use super::attention::{self, Heads, KvCache, split_heads, transpose};
+use super::cost::{LayerCosts, LayerKind};
+use super::embedding::{embed, share_one_hot};
+use super::linear::Linear;
+use super::norm::{Norm, NormKind};
+use super::plan::{TensorPlan, share_plan};
+use super::settings::SecureSettings;
+
+/// How positions enter the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Positions {
+    /// A learned table of `max_positions × d` added to the token embeddings (GPT-2).
+    Learned,
+    /// Rotary embeddings of queries and keys with base `theta` (LLaMA).
+    Rotary {
+        /// The RoPE base.
+        theta: f64,
+    },
+}
+
+/// The public shape of a decoder; every party derives the same from the public config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderSpec {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Width of the residual stream.
+    pub d: usize,
+    /// Number of blocks.
+    pub layers: usize,
+    /// Attention heads (grouped-query when `kv < q`).
+    pub heads: Heads,
+    /// Width of the MLP's hidden layer.
+    pub inner: usize,
+    /// Longest sequence (prompt and generated tokens).
+    pub max_positions: usize,
+    /// How positions are encoded.
+    pub positions: Positions,
+    /// The norm before attention and before the MLP in every block.
+    pub block_norm: NormKind,
+    /// The norm after the last block.
+    pub final_norm: NormKind,
+    /// Whether the linear layers have biases.
+    pub bias: bool,
+    /// Whether the MLP is gated (`act(x·W_gate) ⊙ (x·W_up)`, SwiGLU) or plain.
+    pub gated: bool,
+    /// The MLP's activation.
+    pub activation: Activation,
+    /// Whether the LM head is the token embedding (tied) or its own tensor.
+    pub tied_head: bool,
+}
+
+/// A tensor of one block, as the generic decoder names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockTensor {
+    /// γ of the norm before attention (`d`).
+    AttnNormWeight,
+    /// β of the norm before attention (`d`).
+    AttnNormBias,
+    /// Queries, keys and values side by side, `d × (q_width + 2·kv_width)` (input rows);
+    /// the query columns pre-scaled by 1/√head_dim.
+    QkvWeight,
+    /// Their bias (`q_width + 2·kv_width`, query part pre-scaled).
+    QkvBias,
+    /// Attention output projection, `q_width × d`.
+    AttnOutWeight,
+    /// Its bias (`d`).
+    AttnOutBias,
+    /// γ of the norm before the MLP.
+    MlpNormWeight,
+    /// β of the norm before the MLP.
+    MlpNormBias,
+    /// MLP input, `d × inner`, or `d × 2·inner` with each row's gate then up columns.
+    MlpInWeight,
+    /// Its bias.
+    MlpInBias,
+    /// MLP output, `inner × d`.
+    MlpOutWeight,
+    /// Its bias (`d`).
+    MlpOutBias,
+}
+
+/// A shared tensor of a decoder, as the generic decoder names it; an architecture's
+/// [`DecoderArch::encode`] maps each to its checkpoint's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecoderTensor {
+    /// Token embedding, `vocab × d`.
+    Embed,
+    /// Learned positions, `max_positions × d`.
+    Positions,
+    /// A tensor of block `layer`.
+    Block {
+        /// The block.
+        layer: usize,
+        /// The tensor.
+        part: BlockTensor,
+    },
+    /// γ of the final norm.
+    FinalNormWeight,
+    /// β of the final norm.
+    FinalNormBias,
+    /// An untied LM head, `vocab × d`.
+    LmHead,
+}
+
+impl DecoderTensor {
+    /// The tensor's name in plans and messages.
+    pub fn name(&self) -> String {
+        match self {
+            DecoderTensor::Embed => "embed".into(),
+            DecoderTensor::Positions => "positions".into(),
+            DecoderTensor::Block { layer, part } => format!("layers.{layer}.{part:?}"),
+            DecoderTensor::FinalNormWeight => "final_norm.weight".into(),
+            DecoderTensor::FinalNormBias => "final_norm.bias".into(),
+            DecoderTensor::LmHead => "lm_head".into(),
+        }
+    }
+}
+
+impl DecoderSpec {
+    /// Checks the sizes are consistent and their products fit in memory sizes.
+    ///
+    /// # Errors
+    /// `Misuse` naming no value: zero sizes, heads that do not divide, overflow.
+    pub fn validate(&self) -> Result<(), Error> {
+        let h = self.heads;
+        let ok = self.vocab > 0
+            && self.d > 0
+            && self.inner > 0
+            && self.max_positions > 0
+            && h.q > 0
+            && h.kv > 0
+            && h.dim > 0
+            && h.q % h.kv == 0
+            && (!matches!(self.positions, Positions::Rotary { .. }) || h.dim % 2 == 0);
+        if !ok {
+            return Err(Error::misuse("the decoder's shape is inconsistent"));
+        }
+        let mut plan = TensorPlan::new();
+        for (t, n) in self.tensors()? {
+            plan.push(t.name(), n);
+        }
+        plan.total()
+            .ok_or(Error::misuse("the decoder's size overflows"))?;
+        Ok(())
+    }
+
+    /// Every shared tensor with its length, in sharing order.
+    ///
+    /// # Errors
+    /// `Misuse` if a size overflows.
+    pub fn tensors(&self) -> Result<Vec<(DecoderTensor, usize)>, Error> {
+        let over = || Error::misuse("the decoder's size overflows");
+        let mul = |a: usize, b: usize| a.checked_mul(b).ok_or_else(over);
+        let (d, h) = (self.d, self.heads);
+        let qkv = h
+            .q_width()
+            .checked_add(mul(2, h.kv_width())?)
+            .ok_or_else(over)?;
+        let mlp_in = if self.gated {
+            mul(2, self.inner)?
+        } else {
+            self.inner
+        };
+        let mut out = vec![(DecoderTensor::Embed, mul(self.vocab, d)?)];
+        if self.positions == Positions::Learned {
+            out.push((DecoderTensor::Positions, mul(self.max_positions, d)?));
+        }
+        for layer in 0..self.layers {
+            let mut part = |p: BlockTensor, n: usize, present: bool| {
+                if present {
+                    out.push((DecoderTensor::Block { layer, part: p }, n));
+                }
+            };
+            let (nw, nb) = (self.block_norm.has_weight(), self.block_norm.has_bias());
+            part(BlockTensor::AttnNormWeight, d, nw);
+            part(BlockTensor::AttnNormBias, d, nb);
+            part(BlockTensor::QkvWeight, mul(d, qkv)?, true);
+            part(BlockTensor::QkvBias, qkv, self.bias);
+            part(BlockTensor::AttnOutWeight, mul(h.q_width(), d)?, true);
+            part(BlockTensor::AttnOutBias, d, self.bias);
+            part(BlockTensor::MlpNormWeight, d, nw);
+            part(BlockTensor::MlpNormBias, d, nb);
+            part(BlockTensor::MlpInWeight, mul(d, mlp_in)?, true);
+            part(BlockTensor::MlpInBias, mlp_in, self.bias);
+            part(BlockTensor::MlpOutWeight, mul(self.inner, d)?, true);
+            part(BlockTensor::MlpOutBias, d, self.bias);
+        }
+        if self.final_norm.has_weight() {
+            out.push((DecoderTensor::FinalNormWeight, d));
+        }
+        if self.final_norm.has_bias() {
+            out.push((DecoderTensor::FinalNormBias, d));
+        }
+        if !self.tied_head {
+            out.push((DecoderTensor::LmHead, mul(self.vocab, d)?));
+        }
+        Ok(out)
+    }
+}
+
+/// A decoder architecture's wiring: its public spec from its config, and the owner's
+/// encoding of each generic tensor from its checkpoint's weights.
+pub trait DecoderArch {
+    /// The owner's plaintext weights.
+    type Weights;
+
+    /// The public shape.
+    ///
+    /// # Errors
+    /// `Misuse` if the config is not a valid model of this architecture.
+    fn spec(&self) -> Result<DecoderSpec, Error>;
+
+    /// Owner side: whether the weights fit the config (checked before anything is sent).
+    ///
+    /// # Errors
+    /// `Misuse` if they do not.
+    fn check(&self, weights: &Self::Weights) -> Result<(), Error>;
+
+    /// Owner side: tensor `t` encoded at `fx` in the layout [`DecoderTensor`] and
+    /// [`BlockTensor`] prescribe.
+    ///
+    /// # Errors
+    /// `Misuse` if a value does not fit the fixed-point format.
+    fn encode(
+        &self,
+        weights: &Self::Weights,
+        t: DecoderTensor,
+        fx: FixedPoint,
+    ) -> Result<Vec<u64>, Error>;
+}
+
+/// The owner's tensors in sharing order, each encoded when the sharing asks for it. (A
+/// named type rather than a closure: the sharing future holds it across awaits and must
+/// stay `Send`.)
+struct OwnerTensors<'a, A: DecoderArch> {
+    arch: &'a A,
+    weights: &'a A::Weights,
+    tensors: std::slice::Iter<'a, (DecoderTensor, usize)>,
+    fx: FixedPoint,
+}
+
+impl<A: DecoderArch> Iterator for OwnerTensors<'_, A> {
+    type Item = Result<Vec<u64>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (t, _) = self.tensors.next()?;
+        Some(self.arch.encode(self.weights, *t, self.fx))
+    }
+}
+
+/// One block's shared layers.
+struct Block {
+    attn_norm: Norm,
+    qkv: Linear,
+    attn_out: Linear,
+    mlp_norm: Norm,
+    mlp_in: Linear,
+    mlp_out: Linear,
+}
+
+/// One party's shares of a decoder.
+pub struct SharedDecoder {
+    spec: DecoderSpec,
+    /// `vocab × d`: embeds one-hot rows, and is the LM head when tied (logits are computed
+    /// as `E · hᵀ`, so no transposed copy is stored).
+    embed: Shares,
+    positions: Option<Shares>,
+    blocks: Vec<Block>,
+    final_norm: Norm,
+    head: Option<Shares>,
+}
+
+impl std::fmt::Debug for SharedDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SharedDecoder {{ party: {}, layers: {} }}",
+            self.embed.party(),
+            self.blocks.len()
+        )
+    }
+}
+
+impl SharedDecoder {
+    /// Shares a decoder: `owner` passes its weights (`Some` only there), every party the
+    /// same public config. The tensors are encoded one at a time as they are sent and
+    /// streamed in bounded chunks ([`share_plan`]).
+    ///
+    /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` parameters. Bytes: 8 per
+    /// parameter from the owner (a tied LM head once).
+    ///
+    /// # Errors
+    /// `Misuse` for an invalid config, or weights that do not match it or do not fit the
+    /// fixed-point format; `Protocol` on a malformed message.
+    pub async fn share<A: DecoderArch>(
+        ctx: &mut Ctx,
+        owner: PartyId,
+        arch: &A,
+        weights: Option<&A::Weights>,
+    ) -> Result<SharedDecoder, Error> {
+        let spec = arch.spec()?;
+        spec.validate()?;
+        let tensors = spec.tensors()?;
+        let mut plan = TensorPlan::new();
+        for (t, n) in &tensors {
+            plan.push(t.name(), *n);
+        }
+        let fx = ctx.fixed();
+        let weights = match weights {
+            Some(w) if ctx.me() == owner => {
+                arch.check(w)?;
+                Some(w)
+            }
+            _ => None,
+        };
+        let encoded = weights.map(|weights| OwnerTensors {
+            arch,
+            weights,
+            tensors: tensors.iter(),
+            fx,
+        });
+        let mut shared = share_plan(ctx, owner, &plan, encoded).await?;
+        let (d, h) = (spec.d, spec.heads);
+        let qkv_width = h.q_width() + 2 * h.kv_width();
+        let mlp_in = if spec.gated {
+            2 * spec.inner
+        } else {
+            spec.inner
+        };
+        let mut blocks = Vec::with_capacity(spec.layers);
+        for layer in 0..spec.layers {
+            let mut take = |part: BlockTensor, present: bool| {
+                shared.take_if(present, &DecoderTensor::Block { layer, part }.name())
+            };
+            let (nw, nb, b) = (
+                spec.block_norm.has_weight(),
+                spec.block_norm.has_bias(),
+                spec.bias,
+            );
+            let attn_norm = spec.block_norm.build(
+                take(BlockTensor::AttnNormWeight, nw)?,
+                take(BlockTensor::AttnNormBias, nb)?,
+            )?;
+            let qkv = Linear::new(
+                take(BlockTensor::QkvWeight, true)?.ok_or(Error::bug("qkv missing"))?,
+                take(BlockTensor::QkvBias, b)?,
+                d,
+                qkv_width,
+            )?;
+            let attn_out = Linear::new(
+                take(BlockTensor::AttnOutWeight, true)?.ok_or(Error::bug("attn_out missing"))?,
+                take(BlockTensor::AttnOutBias, b)?,
+                h.q_width(),
+                d,
+            )?;
+            let mlp_norm = spec.block_norm.build(
+                take(BlockTensor::MlpNormWeight, nw)?,
+                take(BlockTensor::MlpNormBias, nb)?,
+            )?;
+            let mlp_in = Linear::new(
+                take(BlockTensor::MlpInWeight, true)?.ok_or(Error::bug("mlp_in missing"))?,
+                take(BlockTensor::MlpInBias, b)?,
+                d,
+                mlp_in,
+            )?;
+            let mlp_out = Linear::new(
+                take(BlockTensor::MlpOutWeight, true)?.ok_or(Error::bug("mlp_out missing"))?,
+                take(BlockTensor::MlpOutBias, b)?,
+                spec.inner,
+                d,
+            )?;
+            blocks.push(Block {
+                attn_norm,
+                qkv,
+                attn_out,
+                mlp_norm,
+                mlp_in,
+                mlp_out,
+            });
+        }
+        let final_norm = spec.final_norm.build(
+            shared.take_if(
+                spec.final_norm.has_weight(),
+                &DecoderTensor::FinalNormWeight.name(),
+            )?,
+            shared.take_if(
+                spec.final_norm.has_bias(),
+                &DecoderTensor::FinalNormBias.name(),
+            )?,
+        )?;
+        Ok(SharedDecoder {
+            embed: shared.take(&DecoderTensor::Embed.name())?,
+            positions: shared.take_if(
+                spec.positions == Positions::Learned,
+                &DecoderTensor::Positions.name(),
+            )?,
+            head: shared.take_if(!spec.tied_head, &DecoderTensor::LmHead.name())?,
+            blocks,
+            final_norm,
+            spec,
+        })
+    }
+
+    /// The public shape.
+    pub fn spec(&self) -> &DecoderSpec {
+        &self.spec
+    }
+
+    fn head(&self) -> &Shares {
+        self.head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The embeddings of `rows` one-hot rows at positions `start..start + rows`.
+    async fn embed_rows(
+        &self,
+        ctx: &mut Ctx,
+        one_hot: &Shares,
+        rows: usize,
+        start: usize,
+    ) -> Result<Shares, Error> {
+        let d = self.spec.d;
+        let x = embed(ctx, one_hot, &self.embed, rows, self.spec.vocab, d).await?;
+        match &self.positions {
+            Some(p) => x.add(&p.slice(start * d..(start + rows) * d)?),
+            None => Ok(x),
+        }
+    }
+
+    /// Evaluates the blocks on `x` (`rows × d`, positions `cache.len()..`), extending the
+    /// cache; returns the residual stream before the final norm.
+    #[allow(clippy::too_many_arguments)]
+    async fn blocks_forward(
+        &self,
+        ctx: &mut Ctx,
+        mut x: Shares,
+        rows: usize,
+        cache: &mut KvCache,
+        settings: &SecureSettings,
+        costs: &mut LayerCosts,
+        step: usize,
+        observer: Option<&Observer>,
+    ) -> Result<Shares, Error> {
+        let spec = &self.spec;
+        let (d, h, bound) = (spec.d, spec.heads, settings.residual_bound);
+        let (qw, kvw) = (h.q_width(), h.kv_width());
+        let width = qw + 2 * kvw;
+        let past = cache.len();
+        let (q_idx, k_idx, v_idx) = (
+            split_heads(rows, width, 0, h.q, h.dim),
+            split_heads(rows, width, qw, h.kv, h.dim),
+            split_heads(rows, width, qw + kvw, h.kv, h.dim),
+        );
+        let (gate_idx, up_idx): (Vec<usize>, Vec<usize>) = if spec.gated {
+            let i = spec.inner;
+            (0..rows)
+                .flat_map(|r| (0..i).map(move |j| (r * 2 * i + j, r * 2 * i + i + j)))
+                .unzip()
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        for (layer, blk) in self.blocks.iter().enumerate() {
+            let m0 = ctx.meter();
+            let a = blk.attn_norm.forward(ctx, &x, rows, d, bound).await?;
+            let m1 = ctx.meter();
+            costs.add(blk.attn_norm.kind(), m0, m1);
+            let qkv = blk.qkv.forward(ctx, &a, rows).await?;
+            let m2 = ctx.meter();
+            costs.add(LayerKind::Linear, m1, m2);
+            let v = qkv.gather(&v_idx)?;
+            let (q, k) = match spec.positions {
+                Positions::Learned => (qkv.gather(&q_idx)?, qkv.gather(&k_idx)?),
+                Positions::Rotary { theta } => {
+                    // A local linear map with public coefficients, then one truncation.
+                    let fx = ctx.fixed();
+                    let q = rope_local(&qkv.gather(&q_idx)?, h.q, rows, h.dim, past, theta, fx)?;
+                    let k = rope_local(&qkv.gather(&k_idx)?, h.kv, rows, h.dim, past, theta, fx)?;
+                    let f = fx.frac_bits();
+                    let qk = proto::trunc(ctx, &Shares::concat(&[&q, &k])?, f).await?;
+                    let (q, k) = qk.split_at(h.q * rows * h.dim)?;
+                    costs.add(LayerKind::Rope, m2, ctx.meter());
+                    (q, k)
+                }
+            };
+            let attn = attention::causal(
+                ctx,
+                h,
+                (&q, &k, &v),
+                rows,
+                cache,
+                layer,
+                settings.softmax_exp,
+                costs,
+            )
+            .await?;
+            let m3 = ctx.meter();
+            let o = blk.attn_out.forward(ctx, &attn, rows).await?;
+            x = x.add(&o)?;
+            let m4 = ctx.meter();
+            costs.add(LayerKind::Linear, m3, m4);
+            let a2 = blk.mlp_norm.forward(ctx, &x, rows, d, bound).await?;
+            let m5 = ctx.meter();
+            costs.add(blk.mlp_norm.kind(), m4, m5);
+            let hidden = blk.mlp_in.forward(ctx, &a2, rows).await?;
+            let m6 = ctx.meter();
+            costs.add(LayerKind::Linear, m5, m6);
+            let (act_in, up) = if spec.gated {
+                (hidden.gather(&gate_idx)?, Some(hidden.gather(&up_idx)?))
+            } else {
+                (hidden, None)
+            };
+            let act = spec.activation.forward(ctx, &act_in, settings).await?;
+            let m7 = ctx.meter();
+            costs.add(spec.activation.kind(), m6, m7);
+            let act = match up {
+                Some(up) => proto::mul_fixed(ctx, &act, &up).await?,
+                None => act,
+            };
+            let mlp = blk.mlp_out.forward(ctx, &act, rows).await?;
+            x = x.add(&mlp)?;
+            costs.add(LayerKind::Linear, m7, ctx.meter());
+            if let Some(obs) = observer {
+                obs(Progress::Layer { step, layer });
+            }
+        }
+        cache.advance(rows);
+        Ok(x)
+    }
+}
+
+/// Rotary embedding of `x` laid out as `heads × rows × dim` (row i at position
+/// `start + i`): out = x·C + swap(x)·S' with public C, S' at f bits (local); the caller
+/// truncates by f, batched.
+fn rope_local(
+    x: &Shares,
+    heads: usize,
+    rows: usize,
+    dim: usize,
+    start: usize,
+    theta: f64,
+    fx: FixedPoint,
+) -> Result<Shares, Error> {
+    let half = dim / 2;
+    let n = heads * rows * dim;
+    let mut cs = Vec::with_capacity(n);
+    let mut ss = Vec::with_capacity(n);
+    let mut swap = Vec::with_capacity(n);
+    let angles: Vec<(Vec<f64>, Vec<f64>)> = (0..rows)
+        .map(|i| crate::llama::rope::cos_sin(start + i, dim, theta))
+        .collect();
+    for h in 0..heads {
+        for (i, (cos, sin)) in angles.iter().enumerate() {
+            let base = (h * rows + i) * dim;
+            for c in 0..dim {
+                let p = c % half.max(1);
+                let (cv, sv) = (
+                    cos.get(p).copied().unwrap_or(1.0),
+                    sin.get(p).copied().unwrap_or(0.0),
+                );
+                cs.push(fx.encode(cv)?);
+                // x'[c] = x[c]·cos − x[c+half]·sin (c < half); x[c]·cos + x[c−half]·sin.
+                if c < half {
+                    ss.push(fx.encode(-sv)?);
+                    swap.push(base + c + half);
+                } else {
+                    ss.push(fx.encode(sv)?);
+                    swap.push(base + c - half);
+                }
+            }
+        }
+    }
+    x.mul_public(&cs)?.add(&x.gather(&swap)?.mul_public(&ss)?)
+}
+
+/// How the client learns the result of each generation step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputMode {
+    /// The last position's logits are revealed to the client, which picks the next id and
+    /// shares its one-hot for the next step.
+    RevealLogits,
+    /// The parties compute the argmax securely and reveal only the id to the client.
+    SecureArgmax,
+    /// Generated ids stay shared (the argmax one-hot embeds the next token) and are revealed
+    /// to the client only at the end.
+    Private,
+}
+
+/// Events for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress {
+    /// Block `layer` of the current step finished.
+    Layer {
+        /// The generation step (0 = the prompt).
+        step: usize,
+        /// The block index.
+        layer: usize,
+    },
+    /// A generation step finished.
+    Step {
+        /// The generation step (0 = the prompt).
+        step: usize,
+    },
+}
+
+/// A progress observer (called by every party; a display usually listens to one).
+pub type Observer = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// What one secure generation produced at one party.
+#[derive(Clone, Debug, Default)]
+pub struct Generation {
+    /// The generated ids, at the client only (empty elsewhere).
+    pub ids: Vec<u32>,
+    /// The revealed last-position logits of each step (client only, `RevealLogits` mode).
+    pub logits: Vec<Vec<f64>>,
+    /// Communication per layer kind at this party.
+    pub costs: LayerCosts,
+    /// Payload bytes and epochs of the prompt step and of each further step.
+    pub step_costs: Vec<(u64, u32)>,
+}
+
+/// One forward pass over a whole sequence, revealing the logits of **every** position to
+/// the client (for perplexity and element-wise checks against a reference). The client
+/// passes its ids (`Some` at the client only); `len` is public. Returns the `len × vocab`
+/// logits (row-major) at the client and `None` elsewhere.
+///
+/// # Errors
+/// `Misuse` for an empty or too long input or ids outside the vocabulary; `Protocol` on a
+/// malformed message.
+pub async fn forward_logits(
+    ctx: &mut Ctx,
+    model: &SharedDecoder,
+    client: PartyId,
+    ids: Option<&[u32]>,
+    len: usize,
+    settings: &SecureSettings,
+) -> Result<Option<Vec<f64>>, Error> {
+    let spec = &model.spec;
+    let (d, v) = (spec.d, spec.vocab);
+    if len == 0 || len > spec.max_positions {
+        return Err(Error::misuse(
+            "input length must be in 1..=the model's maximum positions",
+        ));
+    }
+    let one_hot = share_one_hot(ctx, client, ids, len, 1, v).await?;
+    let x = model.embed_rows(ctx, &one_hot, len, 0).await?;
+    let mut cache = KvCache::default();
+    let mut costs = LayerCosts::default();
+    let hidden = model
+        .blocks_forward(ctx, x, len, &mut cache, settings, &mut costs, 0, None)
+        .await?;
+    let hidden = model
+        .final_norm
+        .forward(ctx, &hidden, len, d, settings.residual_bound)
+        .await?;
+    // Logitsᵀ = head · hiddenᵀ (`vocab × len`), then back to `len × vocab`: two local
+    // permutations of small matrices instead of a stored transpose of the head.
+    let hidden_t = hidden.gather(&transpose(len, d))?;
+    let logits_t = proto::matmul_fixed(ctx, model.head(), &hidden_t, v, d, len).await?;
+    let logits = logits_t.gather(&transpose(v, len))?;
+    let fx = ctx.fixed();
+    Ok(proto::reveal_to(ctx, &logits, client)
+        .await?
+        .map(|raw| fx.decode_slice(&raw)))
+}
+
+/// Greedy generation of `max_new` tokens under secure computation, with the secret KV
+/// cache. The client passes its prompt ids (`Some` at the client only); every party passes
+/// the prompt length, which is public. Ties in the argmax go to the lowest id.
+///
+/// # Errors
+/// `Misuse` for an empty or too long prompt or ids outside the vocabulary; `Protocol` on a
+/// malformed message.
+#[allow(clippy::too_many_arguments)]
+pub async fn generate(
+    ctx: &mut Ctx,
+    model: &SharedDecoder,
+    client: PartyId,
+    prompt: Option<&[u32]>,
+    prompt_len: usize,
+    max_new: usize,
+    mode: OutputMode,
+    settings: &SecureSettings,
+    observer: Option<Observer>,
+) -> Result<Generation, Error> {
+    let spec = &model.spec;
+    let (d, v) = (spec.d, spec.vocab);
+    if prompt_len == 0 || prompt_len.saturating_add(max_new) > spec.max_positions {
+        return Err(Error::misuse(
+            "prompt length plus new tokens must be in 1..=the model's maximum positions",
+        ));
+    }
+    let fx = ctx.fixed();
+    let mut out = Generation::default();
+    let mut cache = KvCache::default();
+    let mut generated_shared: Vec<Shares> = Vec::new();
+    // The first step's one-hot comes from the client; a step's costs include its input.
+    let mut step_begin = ctx.meter();
+    let mut one_hot = share_one_hot(ctx, client, prompt, prompt_len, 1, v).await?;
+    out.costs.add(LayerKind::Input, step_begin, ctx.meter());
+    let mut rows = prompt_len;
+    for step in 0..max_new {
+        let start = ctx.meter();
+        let mut next_input_begin = None;
+        let x = model.embed_rows(ctx, &one_hot, rows, cache.len()).await?;
+        out.costs.add(LayerKind::Embedding, start, ctx.meter());
+        let hidden = model
+            .blocks_forward(
+                ctx,
+                x,
+                rows,
+                &mut cache,
+                settings,
+                &mut out.costs,
+                step,
+                observer.as_ref(),
+            )
+            .await?;
+        // Only the last position is needed for the next token.
+        let m0 = ctx.meter();
+        let last = hidden.slice((rows - 1) * d..rows * d)?;
+        let last = model
+            .final_norm
+            .forward(ctx, &last, 1, d, settings.residual_bound)
+            .await?;
+        let m1 = ctx.meter();
+        out.costs.add(model.final_norm.kind(), m0, m1);
+        // head · lastᵀ: a `d`-vector is the same in both layouts.
+        let logits = proto::matmul_fixed(ctx, model.head(), &last, v, d, 1).await?;
+        let m2 = ctx.meter();
+        out.costs.add(LayerKind::LmHead, m1, m2);
+        match mode {
+            OutputMode::RevealLogits => {
+                let next = match proto::reveal_to(ctx, &logits, client).await? {
+                    Some(raw) => {
+                        let vals = fx.decode_slice(&raw);
+                        let id = argmax_lowest(&vals) as u32;
+                        out.ids.push(id);
+                        out.logits.push(vals);
+                        Some([id])
+                    }
+                    None => None,
+                };
+                out.costs.add(LayerKind::Output, m2, ctx.meter());
+                if step + 1 < max_new {
+                    let m3 = ctx.meter();
+                    next_input_begin = Some(m3);
+                    one_hot =
+                        share_one_hot(ctx, client, next.as_ref().map(|n| &n[..]), 1, 1, v).await?;
+                    out.costs.add(LayerKind::Input, m3, ctx.meter());
+                }
+            }
+            OutputMode::SecureArgmax | OutputMode::Private => {
+                let (_, hot) =
+                    proto::argmax_rows(ctx, &logits, 1, v, settings.logit_compare_width).await?;
+                let iota: Vec<u64> = (0..v as u64).collect();
+                let id_share = hot.mul_public(&iota)?.sum_chunks(v)?;
+                if mode == OutputMode::SecureArgmax {
+                    if let Some(raw) = proto::reveal_to(ctx, &id_share, client).await? {
+                        out.ids.push(raw.first().copied().unwrap_or(0) as u32);
+                    }
+                } else {
+                    generated_shared.push(id_share);
+                }
+                out.costs.add(LayerKind::Output, m2, ctx.meter());
+                one_hot = hot;
+            }
+        }
+        rows = 1;
+        let end = next_input_begin.unwrap_or_else(|| ctx.meter());
+        out.step_costs.push((
+            end.payload_bytes_sent - step_begin.payload_bytes_sent,
+            end.epoch - step_begin.epoch,
+        ));
+        step_begin = end;
+        if let Some(obs) = observer.as_ref() {
+            obs(Progress::Step { step });
+        }
+    }
+    if mode == OutputMode::Private && !generated_shared.is_empty() {
+        let all = Shares::concat(&generated_shared.iter().collect::<Vec<_>>())?;
+        if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
+            out.ids = raw.iter().map(|&x| x as u32).collect();
+        }
+    }
+    Ok(out)
+}
+
+/// The index of the largest value; ties go to the lowest index.
+pub fn argmax_lowest(vals: &[f64]) -> usize {
+    let mut best = 0;
+    let mut best_v = f64::NEG_INFINITY;
+    for (i, &v) in vals.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}

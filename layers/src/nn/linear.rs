@@ -1,0 +1,64 @@
+//! Linear layers on shares: `x·W + b` with the product's truncation fused into its reshare.
+
+use puma_core::{Ctx, Error, Shares, proto};
+
+/// A shared linear layer: weight `k × n` (input rows) and an optional bias of `n`.
+pub struct Linear {
+    w: Shares,
+    b: Option<Shares>,
+    k: usize,
+    n: usize,
+}
+
+impl std::fmt::Debug for Linear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Linear {{ {} × {}, bias: {} }}",
+            self.k,
+            self.n,
+            self.b.is_some()
+        )
+    }
+}
+
+impl Linear {
+    /// A layer of `k` inputs and `n` outputs.
+    ///
+    /// # Errors
+    /// `Misuse` if the weight is not `k·n` long or the bias not `n`.
+    pub fn new(w: Shares, b: Option<Shares>, k: usize, n: usize) -> Result<Linear, Error> {
+        if Some(w.len()) != k.checked_mul(n) || b.as_ref().is_some_and(|b| b.len() != n) {
+            return Err(Error::misuse("linear layer shapes do not match"));
+        }
+        Ok(Linear { w, b, k, n })
+    }
+
+    /// Output features.
+    pub fn outputs(&self) -> usize {
+        self.n
+    }
+
+    /// `x·W + b` for `rows` input rows (`rows × k`): one fixed-point product (2 rounds, 300
+    /// bits per output element over the parties); the bias is added locally.
+    ///
+    /// # Errors
+    /// `Misuse` for an input of the wrong length; `Protocol` on a malformed message.
+    pub async fn forward(&self, ctx: &mut Ctx, x: &Shares, rows: usize) -> Result<Shares, Error> {
+        let y = proto::matmul_fixed(ctx, x, &self.w, rows, self.k, self.n).await?;
+        match &self.b {
+            Some(b) => add_rows(&y, b, rows),
+            None => Ok(y),
+        }
+    }
+}
+
+/// Adds the shared vector `v` (length `n`) to every row of the `rows × n` matrix `x`.
+///
+/// # Errors
+/// `Misuse` if the lengths do not match.
+pub fn add_rows(x: &Shares, v: &Shares, rows: usize) -> Result<Shares, Error> {
+    let n = v.len();
+    let idx: Vec<usize> = (0..rows * n).map(|i| i % n.max(1)).collect();
+    x.add(&v.gather(&idx)?)
+}

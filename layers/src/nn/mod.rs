@@ -1,0 +1,33 @@
+//! The shared layer library every architecture is built from: model sharing as a plan of
+//! named tensors streamed in bounded chunks ([`plan`]), linear layers on the fused
+//! product+truncation ([`linear`]), one attention for multi-head and grouped-query heads,
+//! causal over a KV cache or bidirectional over padded batches ([`attention`]), one-hot
+//! input and embedding ([`embedding`]), norms and activations by name ([`norm`],
+//! [`activation`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
+//! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only. BERT / RoBERTa
+//! build their encoder from the same layers (`crate::bert::secure`). See
+//! docs/ARCHITECTURE.md for how to add a layer or an architecture.
+
+pub mod activation;
+pub mod attention;
+pub mod cost;
+pub mod decoder;
+pub mod embedding;
+pub mod linear;
+pub mod norm;
+pub mod plan;
+mod protocols;
+pub mod settings;
+
+pub use activation::Activation;
+pub use attention::{Heads, KvCache};
+pub use cost::{LayerCosts, LayerKind};
+pub use decoder::{
+    DecoderArch, DecoderSpec, DecoderTensor, Generation, Observer, OutputMode, Positions, Progress,
+    SharedDecoder, argmax_lowest, forward_logits, generate,
+};
+pub use linear::Linear;
+pub use norm::{Norm, NormKind};
+pub use plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan};
+pub use protocols::{RmsScaling, rms_norm_rows, silu_precise};
+pub use settings::{GeluApprox, SecureSettings, SiluApprox};
