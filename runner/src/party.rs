@@ -1,4 +1,4 @@
-//! One computing party of secure GPT-2 as its own process, connected to the other two
+//! One computing party of secure GPT-2, LLaMA or BERT as its own process, connected to the other two
 //! over TCP+TLS or QUIC (the `puma-party` binary).
 //!
 //! The three parties share a configuration file (`parties.toml`, written by the `keygen`
@@ -19,8 +19,9 @@
 //!
 //! Paths are relative to the file's folder. Roles are those of [`crate::gpt2`]: P0 the
 //! client (prompt, output), P1 the model owner (weights), P2 a helper. The client
-//! announces the prompt length and the number of tokens to generate (public sizes) in
-//! the first round; the prompt itself stays secret-shared.
+//! announces its input's public sizes (a decoder's prompt length and the number of tokens
+//! to generate; an encoder batch's shape and attention mask) in the first rounds; the
+//! input itself stays secret-shared.
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -29,8 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use puma_core::{Ctx, Error, PartyId, Width};
-use puma_layers::nn::{Observer, OutputMode, SecureSettings, SharedDecoder, generate};
-use puma_layers::{Gpt2Config, Gpt2Weights};
+use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert, run};
+use puma_layers::bert::{BertBatch, BertConfig, BertWeights};
+use puma_layers::nn::{DecoderArch, Observer, OutputMode, SecureSettings, SharedDecoder, generate};
 use puma_transports::loopback::Network;
 use puma_transports::tls::{Identity, Pins, read_cert};
 use serde::Deserialize;
@@ -234,14 +236,14 @@ pub fn resolve(addr: &str) -> Result<SocketAddr, PartyError> {
         .ok_or_else(|| PartyError::Config(format!("address {addr:?} does not resolve")))
 }
 
-/// What each party knows before the run: the public architecture, and its own secret
-/// (the owner's weights, the client's prompt ids).
+/// What each party knows before a decoder run: the public architecture, and its own
+/// secret (the owner's weights, the client's prompt ids).
 #[derive(Clone, Debug)]
-pub struct Gpt2Job {
-    /// The public architecture.
-    pub config: Gpt2Config,
+pub struct DecoderJob<A: DecoderArch> {
+    /// The public architecture (GPT-2's or LLaMA's config).
+    pub config: A,
     /// The weights, at the owner only.
-    pub weights: Option<Arc<Gpt2Weights>>,
+    pub weights: Option<Arc<A::Weights>>,
     /// The prompt ids, at the client only.
     pub prompt: Option<Arc<[u32]>>,
     /// Tokens to generate (the client's choice; announced to the others).
@@ -250,47 +252,88 @@ pub struct Gpt2Job {
     pub settings: SecureSettings,
 }
 
-/// The boxed run of one party's GPT-2 protocol: the generated ids at the client.
-pub type PartyRun = std::pin::Pin<Box<dyn Future<Output = Result<Vec<u32>, Error>> + Send>>;
+/// What each party knows before an encoder run.
+#[derive(Clone, Debug)]
+pub struct EncoderJob {
+    /// The public architecture.
+    pub config: BertConfig,
+    /// The weights, at the owner only (their heads are announced by the owner).
+    pub weights: Option<Arc<BertWeights>>,
+    /// The token ids, at the client only (its public shape is announced by the client).
+    pub batch: Option<BertBatch>,
+    /// Approximation settings (all parties must agree).
+    pub settings: SecureSettings,
+}
 
-/// The protocol one party runs: the client announces the public sizes, the owner shares
-/// the weights, the client its prompt, and the parties generate greedily with the logits
-/// revealed to the client. Returns the generated ids at the client, nothing elsewhere.
-pub fn gpt2_protocol(
+/// The boxed run of one party's protocol: its output at the client.
+pub type PartyRun<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> + Send>>;
+
+/// Most sequences of an encoder batch the others accept from the client.
+pub const MAX_BATCH: usize = 4096;
+
+/// Most classification labels the others accept from the owner.
+pub const MAX_LABELS: usize = 1 << 16;
+
+/// The client announces public sizes to both peers; the others receive them. Returns them.
+async fn announce(
+    ctx: &mut Ctx,
+    from: PartyId,
+    sizes: Option<Vec<u64>>,
+    n: usize,
+) -> Result<Vec<u64>, Error> {
+    let me = ctx.me();
+    match sizes {
+        Some(v) if me == from => {
+            ctx.send(me.next(), &v, Width::W64)?;
+            ctx.send(me.prev(), &v, Width::W64)?;
+            Ok(v)
+        }
+        _ => ctx.recv(from, n, Width::W64).await,
+    }
+}
+
+/// A size announced by a peer as a `usize` (`usize::MAX` if it does not fit, which every
+/// bound then rejects).
+fn size(v: &[u64], i: usize) -> usize {
+    v.get(i)
+        .and_then(|&x| usize::try_from(x).ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// The protocol one party runs for a decoder (GPT-2, LLaMA): the client announces the
+/// public sizes, the owner shares the weights, the client its prompt, and the parties
+/// generate greedily with the logits revealed to the client. Returns the generated ids at
+/// the client, nothing elsewhere.
+pub fn decoder_protocol<A>(
     me: PartyId,
-    job: Gpt2Job,
+    job: DecoderJob<A>,
     observer: Option<Observer>,
-) -> impl FnOnce(Ctx) -> PartyRun + Send + 'static {
+) -> impl FnOnce(Ctx) -> PartyRun<Vec<u32>> + Send + 'static
+where
+    A: DecoderArch + Send + Sync + 'static,
+    A::Weights: Send + Sync + 'static,
+{
     move |mut ctx: Ctx| {
         Box::pin(async move {
-            let Gpt2Job {
+            let DecoderJob {
                 config,
                 weights,
                 prompt,
                 max_new_tokens,
                 settings,
             } = job;
+            let max_positions = config.spec()?.max_positions;
             // The prompt length and the number of steps are public; the client tells.
-            let (prompt_len, max_new) = if me == CLIENT {
+            let mine = (me == CLIENT).then(|| {
                 let len = prompt.as_ref().map_or(0, |p| p.len());
-                let sizes = [len as u64, max_new_tokens as u64];
-                ctx.send(me.next(), &sizes, Width::W64)?;
-                ctx.send(me.prev(), &sizes, Width::W64)?;
-                (len, max_new_tokens)
-            } else {
-                let sizes = ctx.recv(CLIENT, 2, Width::W64).await?;
-                let get = |i: usize| {
-                    sizes
-                        .get(i)
-                        .and_then(|&v| usize::try_from(v).ok())
-                        .unwrap_or(usize::MAX)
-                };
-                (get(0), get(1))
-            };
+                vec![len as u64, max_new_tokens as u64]
+            });
+            let sizes = announce(&mut ctx, CLIENT, mine, 2).await?;
+            let (prompt_len, max_new) = (size(&sizes, 0), size(&sizes, 1));
             let fits = prompt_len >= 1
                 && prompt_len
                     .checked_add(max_new)
-                    .is_some_and(|n| n <= config.n_positions);
+                    .is_some_and(|n| n <= max_positions);
             if !fits {
                 return Err(if me == CLIENT {
                     Error::misuse("the prompt and the tokens to generate do not fit the model")
@@ -314,6 +357,86 @@ pub fn gpt2_protocol(
             )
             .await?;
             Ok(generation.ids)
+        })
+    }
+}
+
+/// The protocol one party runs for an encoder (BERT, RoBERTa): the owner announces its
+/// model's heads, the client its batch's public shape (sizes and attention mask), the
+/// owner shares the weights, and the parties compute mean-pooled sentence embeddings
+/// revealed to the client. Returns the `batch × d` embeddings at the client.
+pub fn encoder_protocol(
+    me: PartyId,
+    job: EncoderJob,
+) -> impl FnOnce(Ctx) -> PartyRun<Vec<f64>> + Send + 'static {
+    move |mut ctx: Ctx| {
+        Box::pin(async move {
+            let EncoderJob {
+                config,
+                weights,
+                batch,
+                settings,
+            } = job;
+            // Round 1: the owner's heads and the client's batch size, together.
+            let heads = weights.as_deref().map(|w| {
+                let h = BertHeads::of(w);
+                vec![u64::from(h.pooler), h.labels as u64]
+            });
+            let dims = batch
+                .as_ref()
+                .map(|b| vec![b.batch as u64, b.seq_len as u64]);
+            let (mut ch, mut cd) = (ctx.fork(), ctx.fork());
+            let (heads, dims) = puma_core::try_join(
+                announce(&mut ch, OWNER, heads, 2),
+                announce(&mut cd, CLIENT, dims, 2),
+            )
+            .await?;
+            let (nb, len) = (size(&dims, 0), size(&dims, 1));
+            let labels = size(&heads, 1);
+            let heads = BertHeads {
+                pooler: heads.first().is_some_and(|&p| p != 0),
+                labels,
+            };
+            if nb == 0
+                || nb > MAX_BATCH
+                || len == 0
+                || len > config.max_position_embeddings
+                || labels > MAX_LABELS
+            {
+                return Err(if me == CLIENT || me == OWNER {
+                    Error::misuse("the batch does not fit the model")
+                } else {
+                    Error::protocol(CLIENT, "announced sizes do not fit the model")
+                });
+            }
+            // Round 2: the attention mask (public, as the sequence lengths are).
+            let mask = batch
+                .as_ref()
+                .map(|b| b.attention_mask.iter().map(|&m| u64::from(m)).collect());
+            let mask = announce(&mut ctx, CLIENT, mask, nb * len).await?;
+            let shape = BatchShape {
+                batch: nb,
+                seq_len: len,
+                attention_mask: mask.iter().map(|&m| m != 0).collect(),
+            };
+            let shared =
+                SharedBert::share(&mut ctx, OWNER, &config, heads, weights.as_deref()).await?;
+            drop(weights);
+            let outputs = Outputs {
+                embeddings: true,
+                ..Outputs::default()
+            };
+            let r = run(
+                &mut ctx,
+                &shared,
+                CLIENT,
+                batch.as_ref(),
+                &shape,
+                outputs,
+                &settings,
+            )
+            .await?;
+            Ok(r.embeddings.unwrap_or_default())
         })
     }
 }

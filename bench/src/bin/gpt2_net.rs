@@ -16,7 +16,7 @@ use puma_core::{Config, PartyId};
 use puma_layers::Gpt2Tokenizer;
 use puma_layers::nn::SecureSettings;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
-use puma_runner::party::{Gpt2Job, gpt2_protocol};
+use puma_runner::party::{DecoderJob, decoder_protocol};
 use puma_transports::loopback::{self, Network};
 use puma_transports::mem;
 
@@ -53,14 +53,14 @@ fn main() -> ExitCode {
     let prompt: Arc<[u32]> = tok.encode(&args.prompt).into();
     let weights = Arc::new(model.weights);
     let make = |p: PartyId| {
-        let job = Gpt2Job {
+        let job = DecoderJob {
             config: model.config.clone(),
             weights: (p == OWNER).then(|| Arc::clone(&weights)),
             prompt: (p == CLIENT).then(|| Arc::clone(&prompt)),
             max_new_tokens: args.max_new_tokens,
             settings: SecureSettings::default(),
         };
-        gpt2_protocol(p, job, None)
+        decoder_protocol(p, job, None)
     };
     let timeout = Duration::from_secs(60);
     let mut runs = vec!["memory"];

@@ -1,4 +1,4 @@
-//! One party of secure GPT-2 as an OS process, over TCP+TLS or QUIC.
+//! One party of secure GPT-2, LLaMA or BERT as an OS process, over TCP+TLS or QUIC.
 //!
 //! ```sh
 //! cargo run --release -p puma-examples --bin keygen -- --out parties
@@ -7,8 +7,11 @@
 //! cargo run --release -p puma-examples --bin puma-party -- --id 0 --config parties/parties.toml --prompt "ROMEO:"
 //! ```
 //!
-//! P0 (client) holds the prompt and prints the generated text; P1 (model owner) loads
-//! the weights; P2 helps. Exit status: 0 on success, 1 when the session or the network
+//! P0 (client) holds the prompt and prints the generated text (decoders) or the sentence
+//! embeddings (encoders); P1 (model owner) loads the weights; P2 helps. The architecture
+//! comes from the checkpoint (`model_type` in `config.json`, or a `.gguf` file) or from
+//! `--arch`; every party passes the same model path (the others read its configuration
+//! only). Exit status: 0 on success, 1 when the session or the network
 //! fails (the message names the peer), 2 for a bad command line, configuration or model.
 
 use std::io::Write;
@@ -20,10 +23,16 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use puma_core::{Config, PartyId, Session};
+use puma_layers::bert::{BertBatch, BertConfig};
+use puma_layers::bpe::BpeTokenizer;
+use puma_layers::llama::LlamaConfig;
 use puma_layers::nn::{Observer, Progress, SecureSettings};
+use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_layers::{Gpt2Config, Gpt2Tokenizer};
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
-use puma_runner::party::{Gpt2Job, PartiesConfig, PartyError, gpt2_protocol, resolve};
+use puma_runner::party::{
+    DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol, encoder_protocol, resolve,
+};
 use puma_runner::random_gpt2::{
     GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, current_rss, peak_rss, random_gpt2, shape_config,
 };
@@ -39,6 +48,18 @@ enum Transport {
     Tcp,
     /// QUIC.
     Quic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Arch {
+    /// From the checkpoint: `model_type` in `config.json`, or LLaMA for a `.gguf` file.
+    Auto,
+    /// GPT-2 (`GPT2LMHeadModel`).
+    Gpt2,
+    /// LLaMA-style decoders (`LlamaForCausalLM`, Hugging Face directory or GGUF).
+    Llama,
+    /// BERT / RoBERTa encoders (sentence embeddings).
+    Bert,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,7 +82,8 @@ impl RandomShape {
     }
 }
 
-/// One computing party of secure GPT-2 (P0 client, P1 model owner, P2 helper).
+/// One computing party of secure GPT-2, LLaMA or BERT (P0 client, P1 model owner, P2
+/// helper).
 #[derive(Debug, Parser)]
 #[command(name = "puma-party", version)]
 struct Args {
@@ -83,10 +105,15 @@ struct Args {
     /// Longest wait for a peer in seconds, instead of the file's.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     timeout: Option<u64>,
-    /// A Hugging Face GPT-2 directory; default: the embedded models/gpt2-shakespeare.
-    /// All parties must use the same architecture; only the owner reads the weights.
-    #[arg(long, value_name = "DIR", conflicts_with = "random_shape")]
+    /// A Hugging Face checkpoint directory (GPT-2, LLaMA, BERT / RoBERTa) or a LLaMA GGUF
+    /// file; default: the embedded models/gpt2-shakespeare. Every party passes the same
+    /// model; only the owner reads the weights (the others its config, and the client its
+    /// tokenizer).
+    #[arg(long, value_name = "PATH", conflicts_with = "random_shape")]
     model: Option<PathBuf>,
+    /// The architecture, if not detected from the checkpoint.
+    #[arg(long, value_enum, default_value_t = Arch::Auto)]
+    arch: Arch,
     /// Instead of a checkpoint: a published GPT-2 shape with seeded random weights (the
     /// owner builds them; the others only take the shape), for measurements.
     #[arg(long, value_enum, value_name = "SHAPE")]
@@ -95,9 +122,9 @@ struct Args {
     #[arg(long, value_name = "N", requires = "random_shape",
           value_parser = clap::value_parser!(u64).range(1..=64))]
     layers: Option<u64>,
-    /// The prompt (client only).
+    /// The prompt (client only); for an encoder, a sentence to embed (repeatable).
     #[arg(long, default_value = "ROMEO:", conflicts_with = "prompt_ids")]
-    prompt: String,
+    prompt: Vec<String>,
     /// Token ids instead of text, comma-separated (client only).
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     prompt_ids: Option<Vec<u32>>,
@@ -148,45 +175,21 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
     let (identity, pins) = file.identity_and_pins(me)?;
 
     // Load what this party holds before opening the network.
-    let dir = args
+    let path = args
         .model
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_DIR));
-    let (config, weights) = if let Some(r) = args.random_shape {
-        let shape = r.shape();
-        let layers = args
-            .layers
-            .map_or(shape.layers, |l| usize::try_from(l).unwrap_or(shape.layers));
-        if me == OWNER {
-            let (c, w) = random_gpt2(shape, layers);
-            (c, Some(Arc::new(w)))
-        } else {
-            (shape_config(shape, layers), None)
-        }
-    } else if me == OWNER {
-        let m = load_model(&dir).map_err(|e| PartyError::Model(e.to_string()))?;
-        (m.config, Some(Arc::new(m.weights)))
-    } else {
-        let c = Gpt2Config::from_file(&dir.join("config.json"))
-            .map_err(|e| PartyError::Model(e.to_string()))?;
-        (c, None)
+    let arch = match (args.arch, args.random_shape) {
+        (_, Some(_)) => Arch::Gpt2,
+        (Arch::Auto, None) => detect_arch(&path)?,
+        (a, None) => a,
     };
-    let tokenizer = if me == CLIENT {
-        Some(Gpt2Tokenizer::new().map_err(|e| PartyError::Model(e.to_string()))?)
-    } else {
-        None
+    let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
+    let (model, tokenizer) = match arch {
+        Arch::Gpt2 => load_gpt2_party(args, me, &path)?,
+        Arch::Llama => load_llama_party(args, me, &path)?,
+        Arch::Bert | Arch::Auto => load_bert_party(args, me, &path)?,
     };
-    let prompt: Option<Arc<[u32]>> = match (&tokenizer, &args.prompt_ids) {
-        (None, _) => None,
-        (Some(_), Some(ids)) => Some(ids.as_slice().into()),
-        (Some(t), None) => Some(t.encode(&args.prompt).into()),
-    };
-    if let Some(p) = &prompt {
-        config
-            .check_ids(p, 0)
-            .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
-    }
-
     // What this party holds before the protocol (the owner's plaintext model).
     let loaded_rss = current_rss();
 
@@ -239,14 +242,13 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
             quic::connect(&endpoints, socket, &identity, &pins, opts)
         }
     };
-    let mut link = link.map_err(PartyError::Connect)?;
+    let link = link.map_err(PartyError::Connect)?;
     eprintln!("{me}: connected to both peers");
 
     let mut entropy = [0u8; 32];
     OsRng
         .try_fill_bytes(&mut entropy)
         .map_err(|e| PartyError::Config(format!("no OS randomness: {e}")))?;
-    let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
     // Peak and current RSS when the prompt step's first block is done: the model sharing
     // (and the embedding) are behind, inference has begun.
     let first_block: Arc<std::sync::OnceLock<(Option<u64>, Option<u64>)>> = Arc::default();
@@ -261,22 +263,42 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         _ => {}
     });
     let observer = Some(observer);
-    let job = Gpt2Job {
-        config,
-        weights,
-        prompt: prompt.clone(),
-        max_new_tokens: max_new,
-        settings: SecureSettings::default(),
+    let timeout = file.timeout;
+    let (output, stats) = match model {
+        PartyModel::Gpt2(job) => {
+            let r = run_session(
+                session_cfg,
+                me,
+                entropy,
+                decoder_protocol(me, job, observer),
+                link,
+                timeout,
+            )?;
+            (Output::Ids(r.0), r.1)
+        }
+        PartyModel::Llama(job) => {
+            let r = run_session(
+                session_cfg,
+                me,
+                entropy,
+                decoder_protocol(me, job, observer),
+                link,
+                timeout,
+            )?;
+            (Output::Ids(r.0), r.1)
+        }
+        PartyModel::Bert(job, d) => {
+            let r = run_session(
+                session_cfg,
+                me,
+                entropy,
+                encoder_protocol(me, job),
+                link,
+                timeout,
+            )?;
+            (Output::Embeddings(r.0, d), r.1)
+        }
     };
-    let mut session = Session::new(session_cfg, me, entropy, gpt2_protocol(me, job, observer))
-        .map_err(|e| PartyError::Config(e.to_string()))?;
-    let result = drive(&mut session, &mut link, file.timeout);
-    let closing = link.finish(file.timeout);
-    let ids = result.map_err(|error| PartyError::Session {
-        error,
-        broken: closing.broken,
-    })?;
-    let stats = session.stats();
     eprintln!(
         "{me}: done in {:.2} s: {} rounds, {} bytes sent",
         t0.elapsed().as_secs_f64(),
@@ -292,15 +314,259 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
              peak RSS until the first block {peak1} bytes, RSS then {rss1} bytes"
         );
     }
-    if let Some(tok) = tokenizer {
-        // Only the client learns the output, and only after the whole session succeeded.
-        let text = tok.decode(&ids).unwrap_or_else(|_| format!("{ids:?}"));
+    // Only the client learns the output, and only after the whole session succeeded.
+    if me == CLIENT {
         let mut out = std::io::stdout().lock();
-        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
-        let _ = writeln!(out, "ids: {}", list.join(","));
-        let _ = writeln!(out, "text: {text:?}");
+        match (output, &tokenizer) {
+            (Output::Ids(ids), tok) => {
+                let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+                let _ = writeln!(out, "ids: {}", list.join(","));
+                if let Some(tok) = tok {
+                    let _ = writeln!(out, "text: {:?}", tok.decode(&ids));
+                }
+            }
+            (Output::Embeddings(e, d), _) => {
+                for (i, row) in e.chunks(d.max(1)).enumerate() {
+                    let vals: Vec<String> = row.iter().map(|v| format!("{v:.6}")).collect();
+                    let _ = writeln!(out, "embedding {i}: {}", vals.join(","));
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// What the client learns.
+enum Output {
+    /// A decoder's generated ids.
+    Ids(Vec<u32>),
+    /// An encoder's sentence embeddings (`batch × d`) and `d`.
+    Embeddings(Vec<f64>, usize),
+}
+
+/// This party's model and input.
+enum PartyModel {
+    Gpt2(DecoderJob<Gpt2Config>),
+    Llama(DecoderJob<LlamaConfig>),
+    Bert(EncoderJob, usize),
+}
+
+/// The client's tokenizer, to decode the generated ids.
+enum Tokenizer {
+    Gpt2(Gpt2Tokenizer),
+    Bpe(Box<BpeTokenizer>),
+}
+
+impl Tokenizer {
+    fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Tokenizer::Gpt2(t) => t.decode(ids).unwrap_or_else(|_| format!("{ids:?}")),
+            Tokenizer::Bpe(t) => t.decode(ids).unwrap_or_else(|_| format!("{ids:?}")),
+        }
+    }
+}
+
+/// Runs one session over `link`; returns the client's output and the session's counters.
+fn run_session<T: 'static, F, Fut>(
+    cfg: Config,
+    me: PartyId,
+    entropy: [u8; 32],
+    protocol: F,
+    mut link: puma_transports::net::NetLink,
+    timeout: Duration,
+) -> Result<(T, puma_core::Stats), PartyError>
+where
+    F: FnOnce(puma_core::Ctx) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, puma_core::Error>> + Send + 'static,
+{
+    let mut session =
+        Session::new(cfg, me, entropy, protocol).map_err(|e| PartyError::Config(e.to_string()))?;
+    let result = drive(&mut session, &mut link, timeout);
+    let closing = link.finish(timeout);
+    let out = result.map_err(|error| PartyError::Session {
+        error,
+        broken: closing.broken,
+    })?;
+    Ok((out, session.stats()))
+}
+
+/// The architecture of the checkpoint at `path`: LLaMA for a `.gguf` file, else
+/// `model_type` in its `config.json`.
+fn detect_arch(path: &std::path::Path) -> Result<Arch, PartyError> {
+    if path.extension().is_some_and(|e| e == "gguf") {
+        return Ok(Arch::Llama);
+    }
+    let file = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| PartyError::Model(format!("cannot read {}: {e}", file.display())))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| PartyError::Model(format!("{}: {e}", file.display())))?;
+    match v.get("model_type").and_then(|t| t.as_str()) {
+        Some("gpt2") => Ok(Arch::Gpt2),
+        Some("llama") => Ok(Arch::Llama),
+        Some("bert" | "roberta") => Ok(Arch::Bert),
+        Some(other) => Err(PartyError::Model(format!(
+            "{}: model_type {other:?} is not supported (gpt2, llama, bert, roberta)",
+            file.display()
+        ))),
+        None => Err(PartyError::Model(format!(
+            "{}: no model_type; pass --arch",
+            file.display()
+        ))),
+    }
+}
+
+fn model_err(e: impl std::fmt::Display) -> PartyError {
+    PartyError::Model(e.to_string())
+}
+
+/// GPT-2: the owner's checkpoint (or seeded random weights of a published shape), the
+/// others' config, the client's prompt.
+fn load_gpt2_party(
+    args: &Args,
+    me: PartyId,
+    dir: &std::path::Path,
+) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+    let (config, weights) = if let Some(r) = args.random_shape {
+        let shape = r.shape();
+        let layers = args
+            .layers
+            .map_or(shape.layers, |l| usize::try_from(l).unwrap_or(shape.layers));
+        if me == OWNER {
+            let (c, w) = random_gpt2(shape, layers);
+            (c, Some(Arc::new(w)))
+        } else {
+            (shape_config(shape, layers), None)
+        }
+    } else if me == OWNER {
+        let m = load_model(dir).map_err(model_err)?;
+        (m.config, Some(Arc::new(m.weights)))
+    } else {
+        (
+            Gpt2Config::from_file(&dir.join("config.json")).map_err(model_err)?,
+            None,
+        )
+    };
+    let (prompt, tok) = if me == CLIENT {
+        let tok = Gpt2Tokenizer::new().map_err(model_err)?;
+        let ids: Vec<u32> = match &args.prompt_ids {
+            Some(ids) => ids.clone(),
+            None => tok.encode(&args.prompt.join(" ")),
+        };
+        config
+            .check_ids(&ids, 0)
+            .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
+        (Some(ids.into()), Some(Tokenizer::Gpt2(tok)))
+    } else {
+        (None, None)
+    };
+    let job = DecoderJob {
+        config,
+        weights,
+        prompt,
+        max_new_tokens: usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX),
+        settings: SecureSettings::default(),
+    };
+    Ok((PartyModel::Gpt2(job), tok))
+}
+
+/// LLaMA: a Hugging Face directory or a GGUF file.
+fn load_llama_party(
+    args: &Args,
+    me: PartyId,
+    path: &std::path::Path,
+) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+    let gguf = path.extension().is_some_and(|e| e == "gguf");
+    let (config, weights) = if me == OWNER {
+        let m = puma_runner::llama::load_model(path).map_err(model_err)?;
+        (m.config, Some(Arc::new(m.weights)))
+    } else if gguf {
+        let f = puma_layers::gguf::GgufFile::open(path).map_err(model_err)?;
+        (LlamaConfig::from_gguf(&f).map_err(model_err)?, None)
+    } else {
+        (
+            LlamaConfig::from_file(&path.join("config.json")).map_err(model_err)?,
+            None,
+        )
+    };
+    let (prompt, tok) = if me == CLIENT {
+        let tok = if gguf {
+            let f = puma_layers::gguf::GgufFile::open(path).map_err(model_err)?;
+            BpeTokenizer::from_gguf(&f).map_err(model_err)?
+        } else {
+            BpeTokenizer::from_file(&path.join("tokenizer.json")).map_err(model_err)?
+        };
+        let ids: Vec<u32> = match &args.prompt_ids {
+            Some(ids) => ids.clone(),
+            None => tok.encode(&args.prompt.join(" ")),
+        };
+        config
+            .check_ids(&ids, 0)
+            .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
+        (Some(ids.into()), Some(Tokenizer::Bpe(Box::new(tok))))
+    } else {
+        (None, None)
+    };
+    let job = DecoderJob {
+        config,
+        weights,
+        prompt,
+        max_new_tokens: usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX),
+        settings: SecureSettings::default(),
+    };
+    Ok((PartyModel::Llama(job), tok))
+}
+
+/// BERT / RoBERTa: sentence embeddings of the client's sentences.
+fn load_bert_party(
+    args: &Args,
+    me: PartyId,
+    dir: &std::path::Path,
+) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+    let (config, weights) = if me == OWNER {
+        let (c, w) = puma_layers::bert::load_bert(dir).map_err(model_err)?;
+        (c, Some(Arc::new(w)))
+    } else {
+        (
+            BertConfig::from_file(&dir.join("config.json")).map_err(model_err)?,
+            None,
+        )
+    };
+    let batch = if me == CLIENT {
+        let seqs: Vec<(Vec<u32>, Vec<u32>)> = match &args.prompt_ids {
+            Some(ids) => vec![(ids.clone(), vec![0; ids.len()])],
+            None => {
+                let tok = WordPieceTokenizer::from_dir(dir).map_err(model_err)?;
+                args.prompt
+                    .iter()
+                    .map(|t| {
+                        let ids = tok.encode(t);
+                        let types = vec![0; ids.len()];
+                        (ids, types)
+                    })
+                    .collect()
+            }
+        };
+        let batch = BertBatch::padded(&seqs, 0).map_err(model_err)?;
+        batch
+            .check(&config)
+            .map_err(|e| PartyError::Model(format!("bad input: {e}")))?;
+        Some(batch)
+    } else {
+        None
+    };
+    let d = config.hidden_size;
+    let job = EncoderJob {
+        config,
+        weights,
+        batch,
+        settings: SecureSettings::default(),
+    };
+    Ok((PartyModel::Bert(job, d), None))
 }
 
 fn announce(me: PartyId, transport: &str, addr: &str) {
