@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use embedded_io::{Read, Write};
 use puma_core::sim::Sim;
-use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, proto};
+use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, Width, proto};
 use puma_embedded::pipe::End;
 use puma_embedded::{Clock, Error, Event, StreamLink, run};
 use rand_chacha::ChaCha8Rng;
@@ -316,4 +316,64 @@ fn a_peer_that_aborts_fails_the_others_naming_it() {
         .collect();
     assert!(by.contains(&PartyId::P0), "{by:?}");
     assert!(by[0] != PartyId::P1 && by[1] != PartyId::P2, "{by:?}");
+}
+
+/// P0 completes the setup round and then stops, as under SIGSTOP: its streams stay open
+/// and it reads nothing more. P1 and P2 both send it more than the pipes hold, so both
+/// are stuck in a send to P0. Each gives up when its send has made no progress for the
+/// timeout, naming P0: within one timeout, not two (the stalled send used to be taken for
+/// a peer that had left, and a second wait for P0 followed).
+#[test]
+fn a_stalled_peer_fails_the_others_within_one_timeout() {
+    const TIMEOUT_MS: u64 = 1_000;
+    let (a01, a10) = pipe();
+    let (a12, a21) = pipe();
+    let (a20, mut a02) = pipe();
+    let mut p0 = Session::new(cfg(), PartyId::P0, [0; 32], protocol(PartyId::P0)).unwrap();
+    match p0.poll_output() {
+        puma_core::Output::Transmit(t) if t.to == PartyId::P2 => {
+            let bytes = t.frame.into_bytes();
+            a02.write(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            a02.write(&bytes).unwrap();
+        }
+        other => panic!("{other:?}"),
+    }
+    let stalled = (a01, a02);
+    // P1 and P2 each send P0 `N` words (four times a pipe's capacity), then wait for its
+    // answer.
+    let to_p0 = |me: PartyId| {
+        move |mut ctx: puma_core::Ctx| -> BoxedRun {
+            Box::pin(async move {
+                ctx.send(PartyId::P0, &vec![me.index() as u64; N], Width::W64)?;
+                ctx.recv(PartyId::P0, N, Width::W64).await
+            })
+        }
+    };
+    let out: Vec<(Error, Duration)> = thread::scope(|s| {
+        let hs: Vec<_> = [
+            (PartyId::P1, StreamLink::new(PartyId::P1, a12, a10, clock())),
+            (PartyId::P2, StreamLink::new(PartyId::P2, a20, a21, clock())),
+        ]
+        .into_iter()
+        .map(|(p, link)| {
+            s.spawn(move || {
+                let mut link = link.with_send_timeout_ms(TIMEOUT_MS);
+                let mut session = Session::new(cfg(), p, [p.index() as u8; 32], to_p0(p)).unwrap();
+                let start = Instant::now();
+                let e = run(&mut session, &mut link, TIMEOUT_MS).unwrap_err();
+                (e, start.elapsed())
+            })
+        })
+        .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(stalled);
+    eprintln!("{out:?}");
+    let timeout = Duration::from_millis(TIMEOUT_MS);
+    for (e, took) in &out {
+        assert_eq!(*e, Error::SendStalled { peer: PartyId::P0 });
+        assert!(*took >= timeout, "{took:?}");
+        // A generous bound: the old loop took two timeouts.
+        assert!(*took < timeout * 3 / 2, "{took:?}");
+    }
 }
