@@ -10,7 +10,7 @@ use embedded_io::{Read, Write};
 use puma_core::sim::Sim;
 use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, Width, proto};
 use puma_embedded::pipe::End;
-use puma_embedded::{Clock, Error, Event, StreamLink, run};
+use puma_embedded::{Clock, Error, Event, Link as _, StreamLink, run};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
@@ -368,7 +368,6 @@ fn a_stalled_peer_fails_the_others_within_one_timeout() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     drop(stalled);
-    eprintln!("{out:?}");
     let timeout = Duration::from_millis(TIMEOUT_MS);
     for (e, took) in &out {
         assert_eq!(*e, Error::SendStalled { peer: PartyId::P0 });
@@ -376,4 +375,47 @@ fn a_stalled_peer_fails_the_others_within_one_timeout() {
         // A generous bound: the old loop took two timeouts.
         assert!(*took < timeout * 3 / 2, "{took:?}");
     }
+}
+
+/// A link on which nothing ever arrives, with a clock that moves only while `recv` waits;
+/// it records the peer of each frame sent.
+#[derive(Default)]
+struct Silent {
+    sent: Vec<PartyId>,
+    now_ms: u64,
+}
+
+impl puma_embedded::Link for Silent {
+    type Error = Error;
+
+    fn send(&mut self, to: PartyId, _frame: Vec<u8>) -> Result<(), Error> {
+        self.sent.push(to);
+        Ok(())
+    }
+
+    fn recv(&mut self, timeout_ms: u64) -> Result<Event, Error> {
+        self.now_ms += timeout_ms;
+        Ok(Event::TimedOut)
+    }
+
+    fn now_ms(&mut self) -> u64 {
+        self.now_ms
+    }
+}
+
+/// After a timeout the abort frame to the peer waited for goes last: if that peer has
+/// stopped reading, a send to it may block, and the other peer is told first.
+#[test]
+fn the_peer_timed_out_on_gets_its_abort_frame_last() {
+    let mut link = Silent::default();
+    let mut session = Session::new(cfg(), PartyId::P1, [1; 32], protocol(PartyId::P1)).unwrap();
+    let e = run(&mut session, &mut link, 500).unwrap_err();
+    assert!(
+        matches!(e, Error::Core(c) if c.kind() == ErrorKind::Timeout { waiting_for: PartyId::P2 }),
+        "{e:?}"
+    );
+    assert_eq!(link.now_ms(), 500);
+    // The setup seed to P0, then the aborts: P0's first although the session lists its
+    // successor P2 first.
+    assert_eq!(link.sent, [PartyId::P0, PartyId::P0, PartyId::P2]);
 }
