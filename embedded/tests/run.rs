@@ -41,17 +41,13 @@ fn clock() -> TestClock {
 
 type Link = StreamLink<End, TestClock>;
 
-/// Three links joined by pipes: P0–P1, P1–P2, P2–P0.
+/// Three links joined by pipes in a ring.
 fn links(max: usize) -> [Link; 3] {
-    let (a01, a10) = pipe();
-    let (a12, a21) = pipe();
-    let (a20, a02) = pipe();
-    let mk = |me, next, prev| StreamLink::new(me, next, prev, clock()).with_max_frame_len(max);
-    [
-        mk(PartyId::P0, a01, a02),
-        mk(PartyId::P1, a12, a10),
-        mk(PartyId::P2, a20, a21),
-    ]
+    let mut p = PartyId::ALL.into_iter();
+    puma_embedded::pipe::ring(CAP).map(|(next, prev)| {
+        let me = p.next().unwrap();
+        StreamLink::new(me, next, prev, clock()).with_max_frame_len(max)
+    })
 }
 
 const N: usize = 2_000;
@@ -205,46 +201,67 @@ fn a_stream_ending_mid_frame_is_reported_as_truncated() {
     assert_eq!(link.recv(10).unwrap(), Event::TimedOut);
 }
 
-/// P1 and P2 run the protocol; P0 sends P1 half a frame and goes away, and never
-/// answers P2.
-#[test]
-fn a_needed_peer_that_dies_mid_frame_fails_the_run_naming_it() {
-    let (a01, a10) = pipe();
-    let (a12, a21) = pipe();
-    let (a20, mut a02) = pipe();
-    // P0 completes the setup round with P2 (its seed), then says nothing more to P2.
+/// Pipes in which P0 has completed the setup round (its seed to P2) and does nothing
+/// more: the links of P1 and P2, and P0's raw ends to P1 and to P2.
+fn after_p0_setup() -> ([Link; 2], End, End) {
+    let [(to_p1, mut to_p2), (n1, p1), (n2, p2)] = puma_embedded::pipe::ring(CAP);
     let mut p0 = Session::new(cfg(), PartyId::P0, [0; 32], protocol(PartyId::P0)).unwrap();
     match p0.poll_output() {
         puma_core::Output::Transmit(t) if t.to == PartyId::P2 => {
             let bytes = t.frame.into_bytes();
-            a02.write(&(bytes.len() as u32).to_le_bytes()).unwrap();
-            a02.write(&bytes).unwrap();
+            to_p2.write(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            to_p2.write(&bytes).unwrap();
         }
         other => panic!("{other:?}"),
     }
-    let mut raw = a01;
+    let links = [
+        StreamLink::new(PartyId::P1, n1, p1, clock()),
+        StreamLink::new(PartyId::P2, n2, p2, clock()),
+    ];
+    (links, to_p1, to_p2)
+}
+
+/// Runs P1 and P2 over `links` on their own threads, each until it fails; returns the
+/// errors and how long each run took.
+fn p1_and_p2_fail<G>(
+    links: [Link; 2],
+    make: impl Fn(PartyId) -> G + Sync,
+    timeout_ms: u64,
+) -> Vec<(Error, Duration)>
+where
+    G: FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static,
+{
+    thread::scope(|s| {
+        let hs: Vec<_> = links
+            .into_iter()
+            .map(|mut link| {
+                let make = &make;
+                s.spawn(move || {
+                    let p = link.me();
+                    let mut session =
+                        Session::new(cfg(), p, [p.index() as u8; 32], make(p)).unwrap();
+                    let start = Instant::now();
+                    let e = run(&mut session, &mut link, timeout_ms).unwrap_err();
+                    (e, start.elapsed())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// P1 and P2 run the protocol; P0 sends P1 half a frame and goes away, and never
+/// answers P2.
+#[test]
+fn a_needed_peer_that_dies_mid_frame_fails_the_run_naming_it() {
+    let (links, mut raw, _to_p2) = after_p0_setup();
     raw.write(&[100, 0, 0, 0, 1, 2, 3]).unwrap();
     drop(raw);
-    let errs: Vec<Error> = thread::scope(|s| {
-        let hs: Vec<_> = [
-            (PartyId::P1, StreamLink::new(PartyId::P1, a12, a10, clock())),
-            (PartyId::P2, StreamLink::new(PartyId::P2, a20, a21, clock())),
-        ]
-        .into_iter()
-        .map(|(p, mut link)| {
-            s.spawn(move || {
-                let mut session =
-                    Session::new(cfg(), p, [p.index() as u8; 32], protocol(p)).unwrap();
-                run(&mut session, &mut link, 5_000).unwrap_err()
-            })
-        })
-        .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert_eq!(errs[0], Error::Truncated { peer: PartyId::P0 });
+    let errs = p1_and_p2_fail(links, protocol, 5_000);
+    assert_eq!(errs[0].0, Error::Truncated { peer: PartyId::P0 });
     // P1 gave up first and told P2.
     assert!(
-        matches!(errs[1], Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
+        matches!(errs[1].0, Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
         "{:?}",
         errs[1]
     );
@@ -318,6 +335,17 @@ fn a_peer_that_aborts_fails_the_others_naming_it() {
     assert!(by[0] != PartyId::P1 && by[1] != PartyId::P2, "{by:?}");
 }
 
+/// P1 and P2 each send P0 `N` words (four times a pipe's capacity), then wait for its
+/// answer.
+fn to_p0(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static {
+    move |mut ctx| {
+        Box::pin(async move {
+            ctx.send(PartyId::P0, &vec![me.index() as u64; N], Width::W64)?;
+            ctx.recv(PartyId::P0, N, Width::W64).await
+        })
+    }
+}
+
 /// P0 completes the setup round and then stops, as under SIGSTOP: its streams stay open
 /// and it reads nothing more. P1 and P2 both send it more than the pipes hold, so both
 /// are stuck in a send to P0. Each gives up when its send has made no progress for the
@@ -326,48 +354,9 @@ fn a_peer_that_aborts_fails_the_others_naming_it() {
 #[test]
 fn a_stalled_peer_fails_the_others_within_one_timeout() {
     const TIMEOUT_MS: u64 = 1_000;
-    let (a01, a10) = pipe();
-    let (a12, a21) = pipe();
-    let (a20, mut a02) = pipe();
-    let mut p0 = Session::new(cfg(), PartyId::P0, [0; 32], protocol(PartyId::P0)).unwrap();
-    match p0.poll_output() {
-        puma_core::Output::Transmit(t) if t.to == PartyId::P2 => {
-            let bytes = t.frame.into_bytes();
-            a02.write(&(bytes.len() as u32).to_le_bytes()).unwrap();
-            a02.write(&bytes).unwrap();
-        }
-        other => panic!("{other:?}"),
-    }
-    let stalled = (a01, a02);
-    // P1 and P2 each send P0 `N` words (four times a pipe's capacity), then wait for its
-    // answer.
-    let to_p0 = |me: PartyId| {
-        move |mut ctx: puma_core::Ctx| -> BoxedRun {
-            Box::pin(async move {
-                ctx.send(PartyId::P0, &vec![me.index() as u64; N], Width::W64)?;
-                ctx.recv(PartyId::P0, N, Width::W64).await
-            })
-        }
-    };
-    let out: Vec<(Error, Duration)> = thread::scope(|s| {
-        let hs: Vec<_> = [
-            (PartyId::P1, StreamLink::new(PartyId::P1, a12, a10, clock())),
-            (PartyId::P2, StreamLink::new(PartyId::P2, a20, a21, clock())),
-        ]
-        .into_iter()
-        .map(|(p, link)| {
-            s.spawn(move || {
-                let mut link = link.with_send_timeout_ms(TIMEOUT_MS);
-                let mut session = Session::new(cfg(), p, [p.index() as u8; 32], to_p0(p)).unwrap();
-                let start = Instant::now();
-                let e = run(&mut session, &mut link, TIMEOUT_MS).unwrap_err();
-                (e, start.elapsed())
-            })
-        })
-        .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    drop(stalled);
+    let (links, _to_p1, _to_p2) = after_p0_setup();
+    let links = links.map(|l| l.with_send_timeout_ms(TIMEOUT_MS));
+    let out = p1_and_p2_fail(links, to_p0, TIMEOUT_MS);
     let timeout = Duration::from_millis(TIMEOUT_MS);
     for (e, took) in &out {
         assert_eq!(*e, Error::SendStalled { peer: PartyId::P0 });

@@ -33,7 +33,7 @@ impl Default for StdClock {
 
 impl Clock for StdClock {
     fn now_ms(&mut self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        millis(self.start.elapsed())
     }
 
     fn idle(&mut self) {
