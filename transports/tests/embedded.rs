@@ -52,12 +52,13 @@ fn protocol(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'st
     }
 }
 
+/// One party's result and counters.
+type PartyRun = (Vec<u64>, Stats);
+
 /// The in-memory run of `protocol` with seed 4, and the same run over the pipes, where the
 /// parties in `no_std` run the loop of `puma-embedded` on the link inside and the others
 /// the std driver.
-fn in_memory_and_over_pipes(
-    no_std: &[PartyId],
-) -> (mem::Outcome<Vec<u64>>, Vec<(Vec<u64>, Stats)>) {
+fn in_memory_and_over_pipes(no_std: &[PartyId]) -> (mem::Outcome<Vec<u64>>, Vec<PartyRun>) {
     let m = mem::run3(cfg(), 4, protocol);
     let entropy = mem::entropy_from_seed(4);
     let got: Vec<_> = thread::scope(|s| {
