@@ -94,33 +94,68 @@ fn sim_entropy(seed: u64) -> [[u8; 32]; 3] {
     out
 }
 
+/// What one party's run gave.
+struct Ran {
+    result: Result<Vec<u64>, Error>,
+    stats: puma_core::Stats,
+    /// How long `run` took.
+    took: Duration,
+}
+
+/// Runs the party of each link on its own thread, with `entropy` by party index and the
+/// protocol `make` gives, until its session ends.
+fn run_each<G>(
+    links: impl IntoIterator<Item = Link>,
+    entropy: [[u8; 32]; 3],
+    make: impl Fn(PartyId) -> G + Sync,
+    timeout_ms: u64,
+) -> Vec<Ran>
+where
+    G: FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static,
+{
+    thread::scope(|s| {
+        let hs: Vec<_> = links
+            .into_iter()
+            .map(|mut link| {
+                let make = &make;
+                s.spawn(move || {
+                    let p = link.me();
+                    let mut session = Session::new(cfg(), p, entropy[p.index()], make(p)).unwrap();
+                    let start = Instant::now();
+                    let result = run(&mut session, &mut link, timeout_ms);
+                    Ran {
+                        result,
+                        stats: session.stats(),
+                        took: start.elapsed(),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The entropy of the hand-made sessions: all bytes the party's index.
+const BY_INDEX: [[u8; 32]; 3] = [[0; 32], [1; 32], [2; 32]];
+
 #[test]
 fn three_parties_over_small_pipes_match_the_simulator() {
     let sim = Sim::new(5).with_config(cfg()).run(protocol);
     let sim_stats = sim.stats.clone();
     let want = sim.into_results().unwrap();
-    let entropy = sim_entropy(5);
-    let got: Vec<_> = thread::scope(|s| {
-        let hs: Vec<_> = links(cfg().max_frame_len)
-            .into_iter()
-            .zip(PartyId::ALL)
-            .map(|(mut link, p)| {
-                let e = entropy[p.index()];
-                s.spawn(move || {
-                    let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
-                    let r = run(&mut session, &mut link, 20_000).unwrap();
-                    (r, session.stats())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let got = run_each(links(cfg().max_frame_len), sim_entropy(5), protocol, 20_000);
     let fx = FixedPoint::default();
     for (i, x) in xs().iter().enumerate() {
         assert!((fx.decode(want[0][i]) - x * x).abs() < 1e-3, "x[{i}]");
     }
-    for (p, (r, st)) in got.iter().enumerate() {
-        assert_eq!(r, &want[p], "P{p} result");
+    for (
+        p,
+        Ran {
+            result, stats: st, ..
+        },
+    ) in got.iter().enumerate()
+    {
+        assert_eq!(result.as_ref().unwrap(), &want[p], "P{p} result");
         assert_eq!(st.bytes_sent, sim_stats[p].bytes_sent, "P{p}");
         assert_eq!(st.frames_sent, sim_stats[p].frames_sent, "P{p}");
         assert_eq!(st.rounds, sim_stats[p].rounds, "P{p}");
@@ -221,35 +256,6 @@ fn after_p0_setup() -> ([Link; 2], End, End) {
     (links, to_p1, to_p2)
 }
 
-/// Runs P1 and P2 over `links` on their own threads, each until it fails; returns the
-/// errors and how long each run took.
-fn p1_and_p2_fail<G>(
-    links: [Link; 2],
-    make: impl Fn(PartyId) -> G + Sync,
-    timeout_ms: u64,
-) -> Vec<(Error, Duration)>
-where
-    G: FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static,
-{
-    thread::scope(|s| {
-        let hs: Vec<_> = links
-            .into_iter()
-            .map(|mut link| {
-                let make = &make;
-                s.spawn(move || {
-                    let p = link.me();
-                    let mut session =
-                        Session::new(cfg(), p, [p.index() as u8; 32], make(p)).unwrap();
-                    let start = Instant::now();
-                    let e = run(&mut session, &mut link, timeout_ms).unwrap_err();
-                    (e, start.elapsed())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
 /// P1 and P2 run the protocol; P0 sends P1 half a frame and goes away, and never
 /// answers P2.
 #[test]
@@ -257,11 +263,14 @@ fn a_needed_peer_that_dies_mid_frame_fails_the_run_naming_it() {
     let (links, mut raw, _to_p2) = after_p0_setup();
     raw.write(&[100, 0, 0, 0, 1, 2, 3]).unwrap();
     drop(raw);
-    let errs = p1_and_p2_fail(links, protocol, 5_000);
-    assert_eq!(errs[0].0, Error::Truncated { peer: PartyId::P0 });
+    let errs: Vec<Error> = run_each(links, BY_INDEX, protocol, 5_000)
+        .into_iter()
+        .map(|r| r.result.unwrap_err())
+        .collect();
+    assert_eq!(errs[0], Error::Truncated { peer: PartyId::P0 });
     // P1 gave up first and told P2.
     assert!(
-        matches!(errs[1].0, Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
+        matches!(errs[1], Error::Core(c) if c.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
         "{:?}",
         errs[1]
     );
@@ -286,31 +295,22 @@ fn a_silent_peer_times_out_naming_the_peer_waited_for() {
 
 #[test]
 fn a_peer_that_aborts_fails_the_others_naming_it() {
-    let entropy = sim_entropy(6);
-    let errs: Vec<Error> = thread::scope(|s| {
-        let hs: Vec<_> = links(cfg().max_frame_len)
-            .into_iter()
-            .zip(PartyId::ALL)
-            .map(|(mut link, p)| {
-                let e = entropy[p.index()];
-                s.spawn(move || {
-                    let make = move |ctx: puma_core::Ctx| -> BoxedRun {
-                        if p == PartyId::P0 {
-                            Box::pin(async move {
-                                drop(ctx);
-                                Err(puma_core::Error::misuse("P0 gives up"))
-                            })
-                        } else {
-                            protocol(p)(ctx)
-                        }
-                    };
-                    let mut session = Session::new(cfg(), p, e, make).unwrap();
-                    run(&mut session, &mut link, 5_000).unwrap_err()
+    let make = |p: PartyId| {
+        move |ctx: puma_core::Ctx| -> BoxedRun {
+            if p == PartyId::P0 {
+                Box::pin(async move {
+                    drop(ctx);
+                    Err(puma_core::Error::misuse("P0 gives up"))
                 })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+            } else {
+                protocol(p)(ctx)
+            }
+        }
+    };
+    let errs: Vec<Error> = run_each(links(cfg().max_frame_len), sim_entropy(6), make, 5_000)
+        .into_iter()
+        .map(|r| r.result.unwrap_err())
+        .collect();
     assert!(
         matches!(errs[0], Error::Core(c) if c.kind() == ErrorKind::Misuse),
         "{:?}",
@@ -356,13 +356,15 @@ fn a_stalled_peer_fails_the_others_within_one_timeout() {
     const TIMEOUT_MS: u64 = 1_000;
     let (links, _to_p1, _to_p2) = after_p0_setup();
     let links = links.map(|l| l.with_send_timeout_ms(TIMEOUT_MS));
-    let out = p1_and_p2_fail(links, to_p0, TIMEOUT_MS);
     let timeout = Duration::from_millis(TIMEOUT_MS);
-    for (e, took) in &out {
-        assert_eq!(*e, Error::SendStalled { peer: PartyId::P0 });
-        assert!(*took >= timeout, "{took:?}");
+    for Ran { result, took, .. } in run_each(links, BY_INDEX, to_p0, TIMEOUT_MS) {
+        assert_eq!(
+            result.unwrap_err(),
+            Error::SendStalled { peer: PartyId::P0 }
+        );
+        assert!(took >= timeout, "{took:?}");
         // A generous bound: the old loop took two timeouts.
-        assert!(*took < timeout * 3 / 2, "{took:?}");
+        assert!(took < timeout * 3 / 2, "{took:?}");
     }
 }
 

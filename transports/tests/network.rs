@@ -120,13 +120,7 @@ fn refused_certificate(network: Network) {
     net.set_identity(PartyId::P2, Identity::generate(PartyId::P2).unwrap());
     let parties = PartyId::ALL.map(|p| net.party(p));
     let t0 = Instant::now();
-    let results: Vec<_> = thread::scope(|s| {
-        let hs: Vec<_> = parties
-            .into_iter()
-            .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let results = connect_all(parties);
     assert!(t0.elapsed() < Duration::from_secs(15));
     // The impostor learns that it was refused, naming the peer it dialled.
     match &results[2] {
@@ -146,6 +140,17 @@ fn refused_certificate(network: Network) {
     }
 }
 
+/// Connects the three parties at once, each on its own thread with a 3 s timeout.
+fn connect_all(parties: [loopback::PartyNet; 3]) -> Vec<Result<(), TransportError>> {
+    thread::scope(|s| {
+        let hs: Vec<_> = parties
+            .into_iter()
+            .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn a_wrong_client_certificate_is_refused_over_tcp() {
     refused_certificate(Network::Tcp);
@@ -163,13 +168,7 @@ fn a_wrong_server_certificate_is_refused() {
         // P0 (which only accepts) presents an unpinned certificate: its dialers refuse it.
         net.set_identity(PartyId::P0, Identity::generate(PartyId::P0).unwrap());
         let parties = PartyId::ALL.map(|p| net.party(p));
-        let results: Vec<_> = thread::scope(|s| {
-            let hs: Vec<_> = parties
-                .into_iter()
-                .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = connect_all(parties);
         for p in [1, 2] {
             match &results[p] {
                 Err(TransportError::Tls {
