@@ -5,10 +5,12 @@
 use std::thread;
 use std::time::Duration;
 
-use puma_core::{Config, FixedPoint, PartyId, Session, Stats, proto};
+use puma_core::{Config, FixedPoint, PartyId, Session, Stats};
 use puma_embedded::pipe::End;
 use puma_transports::embedded::StreamLink;
 use puma_transports::{FrameError, Link, TransportError, drive, mem};
+
+mod common;
 
 /// Each direction of a pipe holds at most this many bytes, so large frames need
 /// back-pressure.
@@ -33,23 +35,8 @@ type BoxedRun =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u64>, puma_core::Error>> + Send>>;
 
 fn protocol(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static {
-    move |mut ctx| {
-        Box::pin(async move {
-            let fx = FixedPoint::default();
-            let xs: Vec<u64> = (0..N)
-                .map(|i| fx.encode(i as f64 * 0.01 - 20.0).unwrap())
-                .collect();
-            let x = proto::share_input(
-                &mut ctx,
-                PartyId::P0,
-                (me == PartyId::P0).then_some(&xs[..]),
-                N,
-            )
-            .await?;
-            let y = proto::mul_fixed(&mut ctx, &x, &x).await?;
-            proto::reveal_all(&mut ctx, &y).await
-        })
-    }
+    let xs = (0..N).map(|i| i as f64 * 0.01 - 20.0).collect();
+    move |ctx| Box::pin(common::squares(ctx, me, xs))
 }
 
 /// One party's result and counters.
