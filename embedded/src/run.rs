@@ -105,6 +105,13 @@ pub trait LinkError: From<puma_core::Error> {
 /// - [`LinkError::lost`] when the session waits for a peer whose link has ended.
 /// - Any error of [`Link::recv`], and any error of [`Link::send`] but a lost peer's.
 ///
+/// Over a [`StreamLink`](crate::StreamLink) these are [`Error::Core`](crate::Error::Core),
+/// [`Error::Disconnected`](crate::Error::Disconnected) or
+/// [`Error::Truncated`](crate::Error::Truncated) for a lost peer,
+/// [`Error::SendStalled`](crate::Error::SendStalled) for one that stopped reading, and
+/// [`Error::Oversized`](crate::Error::Oversized) or
+/// [`Error::OutOfMemory`](crate::Error::OutOfMemory) for a frame the link refused.
+///
 /// Before returning a link error the session is ended and its abort frames are sent to
 /// the peers still reachable (best effort), so they fail fast too.
 pub fn run<T: 'static, L: Link + ?Sized>(
