@@ -4,6 +4,8 @@ use core::fmt;
 
 use puma_core::{ErrorKind, PartyId};
 
+use crate::LinkError;
+
 /// Why a run (or one link operation) failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -63,6 +65,20 @@ impl Error {
             | Error::OutOfMemory { peer, .. }
             | Error::SendStalled { peer } => Some(*peer),
         }
+    }
+}
+
+impl LinkError for Error {
+    fn lost(peer: PartyId, truncated: bool) -> Self {
+        if truncated {
+            Error::Truncated { peer }
+        } else {
+            Error::Disconnected { peer }
+        }
+    }
+
+    fn is_lost(&self, peer: PartyId) -> bool {
+        matches!(self, Error::Disconnected { peer: p } if *p == peer)
     }
 }
 

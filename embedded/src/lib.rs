@@ -9,8 +9,9 @@
 //!   (a 4-byte little-endian length, then the frame), so a party here can talk to a `std`
 //!   party over any byte pipe. A length above the frame limit is refused before anything
 //!   is allocated.
-//! - [`run`]: the blocking run loop that drives a session over a [`StreamLink`] with an
-//!   idle timeout.
+//! - [`run`]: the blocking run loop that drives a session with an idle timeout over any
+//!   [`Link`] (a party's connections to its two peers, and a clock): a [`StreamLink`]
+//!   here, and through a thin adapter every `std` link of `puma-transports`.
 //! - [`Error`]: every way a run fails, each naming the peer at fault where there is one.
 //! - `pipe` (feature `dev`): a bounded in-memory pipe with `embedded-io` ends, for tests.
 //!
@@ -64,4 +65,4 @@ mod run;
 pub use clock::Clock;
 pub use error::Error;
 pub use link::{DEFAULT_SEND_TIMEOUT_MS, Event, LEN_PREFIX, StreamLink};
-pub use run::{DEFAULT_TIMEOUT_MS, run};
+pub use run::{DEFAULT_TIMEOUT_MS, Link, LinkError, run};

@@ -7,7 +7,7 @@ use core::fmt;
 use embedded_io::{Read, ReadReady, Write, WriteReady};
 use puma_core::{Config, PartyId};
 
-use crate::{Clock, Error};
+use crate::{Clock, Error, Link};
 
 /// Bytes of the little-endian length prefix in front of every frame on a stream (the same
 /// as `puma_transports::net::LEN_PREFIX`).
@@ -301,6 +301,22 @@ impl<S: Read + ReadReady + Write + WriteReady, C: Clock> StreamLink<S, C> {
             }
         }
         None
+    }
+}
+
+impl<S: Read + ReadReady + Write + WriteReady, C: Clock> Link for StreamLink<S, C> {
+    type Error = Error;
+
+    fn send(&mut self, to: PartyId, frame: Vec<u8>) -> Result<(), Error> {
+        StreamLink::send(self, to, &frame)
+    }
+
+    fn recv(&mut self, timeout_ms: u64) -> Result<Event, Error> {
+        StreamLink::recv(self, timeout_ms)
+    }
+
+    fn now_ms(&mut self) -> u64 {
+        self.clock.now_ms()
     }
 }
 

@@ -53,6 +53,16 @@ pub fn pipe(cap: usize) -> (End, End) {
     )
 }
 
+/// Three parties joined in a ring by pipes of capacity `cap` (P0–P1, P1–P2, P2–P0): by
+/// party index, each party's end to its successor and its end to its predecessor, as
+/// [`StreamLink::new`](crate::StreamLink::new) takes them.
+pub fn ring(cap: usize) -> [(End, End); 3] {
+    let (a01, a10) = pipe(cap);
+    let (a12, a21) = pipe(cap);
+    let (a20, a02) = pipe(cap);
+    [(a01, a02), (a12, a10), (a20, a21)]
+}
+
 impl Drop for End {
     fn drop(&mut self) {
         self.tx.lock().writer_gone = true;

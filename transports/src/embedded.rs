@@ -14,7 +14,7 @@ use embedded_io::{Read, ReadReady, Write, WriteReady};
 use puma_core::PartyId;
 use puma_embedded::{Clock, Event};
 
-use crate::driver::{Link, Recv};
+use crate::driver::{Link, Recv, millis};
 use crate::error::{FrameError, TransportError};
 
 /// The `std` host: a monotonic clock, and a short sleep when no stream is ready.
@@ -33,7 +33,7 @@ impl Default for StdClock {
 
 impl Clock for StdClock {
     fn now_ms(&mut self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        millis(self.start.elapsed())
     }
 
     fn idle(&mut self) {
@@ -80,10 +80,6 @@ impl<S: Read + ReadReady + Write + WriteReady> StreamLink<S> {
     pub fn into_inner(self) -> puma_embedded::StreamLink<S, StdClock> {
         self.inner
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl From<puma_embedded::Error> for TransportError {

@@ -5,30 +5,22 @@
 use std::thread;
 use std::time::Duration;
 
-use puma_core::{Config, FixedPoint, PartyId, Session, proto};
+use puma_core::{Config, FixedPoint, PartyId, Session, Stats};
 use puma_embedded::pipe::End;
 use puma_transports::embedded::StreamLink;
 use puma_transports::{FrameError, Link, TransportError, drive, mem};
+
+mod common;
 
 /// Each direction of a pipe holds at most this many bytes, so large frames need
 /// back-pressure.
 const CAP: usize = 4096;
 
-fn pipe() -> (End, End) {
-    puma_embedded::pipe::pipe(CAP)
-}
-
-/// Three links joined by pipes: P0–P1, P1–P2, P2–P0.
+/// Three links joined by pipes in a ring.
 fn links(max: usize) -> [StreamLink<End>; 3] {
-    let (a01, a10) = pipe();
-    let (a12, a21) = pipe();
-    let (a20, a02) = pipe();
-    let mk = |me, next, prev| StreamLink::new(me, next, prev).with_max_frame_len(max);
-    [
-        mk(PartyId::P0, a01, a02),
-        mk(PartyId::P1, a12, a10),
-        mk(PartyId::P2, a20, a21),
-    ]
+    let mut p = PartyId::ALL.into_iter();
+    puma_embedded::pipe::ring(CAP)
+        .map(|(next, prev)| StreamLink::new(p.next().unwrap(), next, prev).with_max_frame_len(max))
 }
 
 const N: usize = 5_000;
@@ -43,46 +35,47 @@ type BoxedRun =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u64>, puma_core::Error>> + Send>>;
 
 fn protocol(me: PartyId) -> impl FnOnce(puma_core::Ctx) -> BoxedRun + Send + 'static {
-    move |mut ctx| {
-        Box::pin(async move {
-            let fx = FixedPoint::default();
-            let xs: Vec<u64> = (0..N)
-                .map(|i| fx.encode(i as f64 * 0.01 - 20.0).unwrap())
-                .collect();
-            let x = proto::share_input(
-                &mut ctx,
-                PartyId::P0,
-                (me == PartyId::P0).then_some(&xs[..]),
-                N,
-            )
-            .await?;
-            let y = proto::mul_fixed(&mut ctx, &x, &x).await?;
-            proto::reveal_all(&mut ctx, &y).await
-        })
-    }
+    let xs = (0..N).map(|i| i as f64 * 0.01 - 20.0).collect();
+    move |ctx| Box::pin(common::squares(ctx, me, xs))
 }
 
-#[test]
-fn the_same_run_as_in_memory_over_small_pipes() {
+/// One party's result and counters.
+type PartyRun = (Vec<u64>, Stats);
+
+/// The in-memory run of `protocol` with seed 4, and the same run over the pipes, where the
+/// parties in `no_std` run the loop of `puma-embedded` on the link inside and the others
+/// the std driver.
+fn in_memory_and_over_pipes(no_std: &[PartyId]) -> (mem::Outcome<Vec<u64>>, Vec<PartyRun>) {
     let m = mem::run3(cfg(), 4, protocol);
-    let mem_stats = m.stats.clone();
-    let want = m.into_results().unwrap();
     let entropy = mem::entropy_from_seed(4);
     let got: Vec<_> = thread::scope(|s| {
         let hs: Vec<_> = links(cfg().max_frame_len)
             .into_iter()
             .zip(PartyId::ALL)
-            .map(|(mut link, p)| {
+            .map(|(link, p)| {
                 let e = entropy[p.index()];
                 s.spawn(move || {
                     let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
-                    let r = drive(&mut session, &mut link, Duration::from_secs(20)).unwrap();
+                    let r = if no_std.contains(&p) {
+                        puma_embedded::run(&mut session, &mut link.into_inner(), 20_000).unwrap()
+                    } else {
+                        let mut link = link;
+                        drive(&mut session, &mut link, Duration::from_secs(20)).unwrap()
+                    };
                     (r, session.stats())
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    (m, got)
+}
+
+#[test]
+fn the_same_run_as_in_memory_over_small_pipes() {
+    let (m, got) = in_memory_and_over_pipes(&[]);
+    let mem_stats = m.stats.clone();
+    let want = m.into_results().unwrap();
     let fx = FixedPoint::default();
     assert!((fx.decode(want[0][7]) - (0.07f64 - 20.0).powi(2)).abs() < 1e-3);
     for (p, (r, st)) in got.iter().enumerate() {
@@ -95,34 +88,13 @@ fn the_same_run_as_in_memory_over_small_pipes() {
     assert!(mem_stats[0].frames_sent.iter().sum::<u64>() >= 6);
 }
 
-/// P0 runs the `no_std` loop of `puma-embedded`, P1 and P2 the std driver, all over the
-/// same byte pipes: the wire formats agree and the run is the in-memory one.
+/// P0 runs `puma_embedded::run` on the `no_std` link, P1 and P2 the std driver, all over
+/// the same byte pipes: the wire formats agree and the run is the in-memory one.
 #[test]
 fn a_no_std_party_and_two_std_parties_share_the_pipes() {
-    let m = mem::run3(cfg(), 4, protocol);
+    let (m, got) = in_memory_and_over_pipes(&[PartyId::P0]);
     let mem_stats = m.stats.clone();
     let want = m.into_results().unwrap();
-    let entropy = mem::entropy_from_seed(4);
-    let got: Vec<_> = thread::scope(|s| {
-        let hs: Vec<_> = links(cfg().max_frame_len)
-            .into_iter()
-            .zip(PartyId::ALL)
-            .map(|(link, p)| {
-                let e = entropy[p.index()];
-                s.spawn(move || {
-                    let mut session = Session::new(cfg(), p, e, protocol(p)).unwrap();
-                    let r = if p == PartyId::P0 {
-                        puma_embedded::run(&mut session, &mut link.into_inner(), 20_000).unwrap()
-                    } else {
-                        let mut link = link;
-                        drive(&mut session, &mut link, Duration::from_secs(20)).unwrap()
-                    };
-                    (r, session.stats())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
     for (p, (r, st)) in got.iter().enumerate() {
         assert_eq!(r, &want[p], "P{p} result");
         assert_eq!(st.bytes_sent, mem_stats[p].bytes_sent, "P{p}");

@@ -347,3 +347,47 @@ fn link_reports_the_sender_and_closes_in_order() {
     ));
     let _: &MemLink = &l2;
 }
+
+/// P1's link, on which every send to P0 stalls (P0 stopped reading).
+struct StalledToP0(MemLink);
+
+impl Link for StalledToP0 {
+    fn send(&mut self, to: PartyId, frame: Vec<u8>) -> Result<(), TransportError> {
+        if to == PartyId::P0 {
+            return Err(TransportError::SendStalled { peer: to });
+        }
+        self.0.send(to, frame)
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Recv, TransportError> {
+        self.0.recv(timeout)
+    }
+}
+
+#[test]
+fn a_stalled_send_ends_the_run_naming_the_peer_and_aborts_the_other() {
+    let [mut l0, l1, mut l2] = mem::links();
+    let mut s1 = lone_session(PartyId::P1);
+    let mut l1 = StalledToP0(l1);
+    // P1's first frame, its setup seed, goes to P0. A stalled send is not a peer that has
+    // left: the run ends at once instead of waiting for P2's seed until the timeout.
+    let start = Instant::now();
+    let r = drive(&mut s1, &mut l1, Duration::from_secs(20));
+    assert!(
+        matches!(r, Err(TransportError::SendStalled { peer: PartyId::P0 })),
+        "{r:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    drop(l1);
+    // P2 is told with an abort frame; P0 gets nothing (a send to it would stall again).
+    let mut s2 = lone_session(PartyId::P2);
+    let r2 = drive(&mut s2, &mut l2, Duration::from_secs(20));
+    assert!(
+        matches!(&r2, Err(TransportError::Core(e)) if e.kind() == ErrorKind::Aborted { by: PartyId::P1 }),
+        "{r2:?}"
+    );
+    assert_eq!(
+        l0.recv(Duration::from_secs(1)).unwrap(),
+        Recv::Closed { peer: PartyId::P1 }
+    );
+}

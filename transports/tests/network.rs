@@ -120,13 +120,7 @@ fn refused_certificate(network: Network) {
     net.set_identity(PartyId::P2, Identity::generate(PartyId::P2).unwrap());
     let parties = PartyId::ALL.map(|p| net.party(p));
     let t0 = Instant::now();
-    let results: Vec<_> = thread::scope(|s| {
-        let hs: Vec<_> = parties
-            .into_iter()
-            .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let results = connect_all(parties);
     assert!(t0.elapsed() < Duration::from_secs(15));
     // The impostor learns that it was refused, naming the peer it dialled.
     match &results[2] {
@@ -146,6 +140,17 @@ fn refused_certificate(network: Network) {
     }
 }
 
+/// Connects the three parties at once, each on its own thread with a 3 s timeout.
+fn connect_all(parties: [loopback::PartyNet; 3]) -> Vec<Result<(), TransportError>> {
+    thread::scope(|s| {
+        let hs: Vec<_> = parties
+            .into_iter()
+            .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn a_wrong_client_certificate_is_refused_over_tcp() {
     refused_certificate(Network::Tcp);
@@ -163,13 +168,7 @@ fn a_wrong_server_certificate_is_refused() {
         // P0 (which only accepts) presents an unpinned certificate: its dialers refuse it.
         net.set_identity(PartyId::P0, Identity::generate(PartyId::P0).unwrap());
         let parties = PartyId::ALL.map(|p| net.party(p));
-        let results: Vec<_> = thread::scope(|s| {
-            let hs: Vec<_> = parties
-                .into_iter()
-                .map(|pn| s.spawn(move || pn.connect(opts(Duration::from_secs(3))).map(|_| ())))
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = connect_all(parties);
         for p in [1, 2] {
             match &results[p] {
                 Err(TransportError::Tls {
@@ -191,7 +190,6 @@ fn inject(network: Network, bytes: Vec<u8>, rogue_max: usize) -> [Result<(), Tra
     let mut net = LocalNet::new(network).unwrap();
     let parties = PartyId::ALL.map(|p| net.party(p));
     let timeout = Duration::from_secs(5);
-    let entropy = mem::entropy_from_seed(3);
     let [p0, p1, p2] = parties;
     thread::scope(|s| {
         let rogue = s.spawn(move || {
@@ -206,24 +204,34 @@ fn inject(network: Network, bytes: Vec<u8>, rogue_max: usize) -> [Result<(), Tra
             thread::sleep(Duration::from_millis(500));
             link.finish(Duration::from_secs(1));
         });
-        let honest: Vec<_> = [(p1, PartyId::P1), (p2, PartyId::P2)]
-            .into_iter()
-            .map(|(pn, p)| {
-                let e = entropy[p.index()];
-                s.spawn(move || {
-                    let mut session =
-                        puma_core::Session::new(small_frames(), p, e, protocol(p)).unwrap();
-                    let mut link = pn.connect(opts(timeout)).unwrap();
-                    let t0 = Instant::now();
-                    let r = drive(&mut session, &mut link, timeout).map(|_| ());
-                    assert!(t0.elapsed() < timeout + Duration::from_secs(2));
-                    r
-                })
-            })
-            .collect();
+        let honest = spawn_honest(s, [(p1, PartyId::P1), (p2, PartyId::P2)], timeout);
         rogue.join().unwrap();
-        let mut it = honest.into_iter().map(|h| h.join().unwrap());
-        [it.next().unwrap(), it.next().unwrap()]
+        honest.map(|h| {
+            let (r, took) = h.join().unwrap();
+            assert!(took < timeout + Duration::from_secs(2), "took {took:?}");
+            r
+        })
+    })
+}
+
+/// Runs the protocol for each party of `parties` on its own scoped thread, connecting
+/// with `timeout` and driving with it; each thread returns its outcome and how long
+/// `drive` took.
+fn spawn_honest<'s>(
+    s: &'s thread::Scope<'s, '_>,
+    parties: [(loopback::PartyNet, PartyId); 2],
+    timeout: Duration,
+) -> [thread::ScopedJoinHandle<'s, (Result<(), TransportError>, Duration)>; 2] {
+    let entropy = mem::entropy_from_seed(3);
+    parties.map(|(pn, p)| {
+        let e = entropy[p.index()];
+        s.spawn(move || {
+            let mut session = puma_core::Session::new(small_frames(), p, e, protocol(p)).unwrap();
+            let mut link = pn.connect(opts(timeout)).unwrap();
+            let t0 = Instant::now();
+            let r = drive(&mut session, &mut link, timeout).map(|_| ());
+            (r, t0.elapsed())
+        })
     })
 }
 
@@ -276,25 +284,11 @@ fn a_vanished_peer_is_named_by_both_survivors() {
     let mut net = LocalNet::new(Network::Tcp).unwrap();
     let parties = PartyId::ALL.map(|p| net.party(p));
     let timeout = Duration::from_secs(5);
-    let entropy = mem::entropy_from_seed(3);
     let [p0, p1, p2] = parties;
     thread::scope(|s| {
         // P2 connects and then goes away without a word (a crash).
         let gone = s.spawn(move || drop(p2.connect(opts(timeout)).unwrap()));
-        let honest: Vec<_> = [(p0, PartyId::P0), (p1, PartyId::P1)]
-            .into_iter()
-            .map(|(pn, p)| {
-                let e = entropy[p.index()];
-                s.spawn(move || {
-                    let mut session =
-                        puma_core::Session::new(small_frames(), p, e, protocol(p)).unwrap();
-                    let mut link = pn.connect(opts(timeout)).unwrap();
-                    let t0 = Instant::now();
-                    let r = drive(&mut session, &mut link, timeout);
-                    (r.map(|_| ()), t0.elapsed())
-                })
-            })
-            .collect();
+        let honest = spawn_honest(s, [(p0, PartyId::P0), (p1, PartyId::P1)], timeout);
         gone.join().unwrap();
         let errs: Vec<TransportError> = honest
             .into_iter()
