@@ -107,33 +107,6 @@ fn main() {
             proto::select(&mut c, &b, &x, &x).await
         },
     );
-    report(
-        "one_hot (V = 50257, k = 16)",
-        3,
-        3,
-        "token",
-        |mut c, x| async move {
-            proto::one_hot(&mut c, &x, 50257, Width::new(16).unwrap_or(Width::W64)).await
-        },
-    );
-    report(
-        "embed (V = 50257, d = 768)",
-        3 + 50257 * 768,
-        3,
-        "token",
-        |mut c, x| async move {
-            let (ids, table) = x.split_at(3)?;
-            proto::embed(
-                &mut c,
-                &ids,
-                &table,
-                50257,
-                768,
-                Width::new(16).unwrap_or(Width::W64),
-            )
-            .await
-        },
-    );
     for a in [
         proto::ExpApprox::Taylor2 { squarings: 8 },
         proto::ExpApprox::Minimax,
