@@ -144,4 +144,24 @@ fn main() {
             proto::softmax_rows_with(&mut c, &x, 384, 32, &valid, proto::ExpApprox::Minimax).await
         },
     );
+    report(
+        "rmsnorm 24 rows of 576, bound 2^15",
+        24 * 576 + 576,
+        24,
+        "row",
+        |mut c, x| async move {
+            let (x, g) = x.split_at(24 * 576)?;
+            proto::rms_norm_rows(&mut c, &x, 24, 576, &g, 1e-5, 32768.0).await
+        },
+    );
+    report(
+        "silu_precise Minimax",
+        n,
+        n,
+        "element",
+        |mut c, x| async move { proto::silu_precise(&mut c, &x, proto::ExpApprox::Minimax).await },
+    );
+    report("tanh", n, n, "element", |mut c, x| async move {
+        proto::tanh(&mut c, &x).await
+    });
 }
