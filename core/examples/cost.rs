@@ -107,33 +107,6 @@ fn main() {
             proto::select(&mut c, &b, &x, &x).await
         },
     );
-    report(
-        "one_hot (V = 50257, k = 16)",
-        3,
-        3,
-        "token",
-        |mut c, x| async move {
-            proto::one_hot(&mut c, &x, 50257, Width::new(16).unwrap_or(Width::W64)).await
-        },
-    );
-    report(
-        "embed (V = 50257, d = 768)",
-        3 + 50257 * 768,
-        3,
-        "token",
-        |mut c, x| async move {
-            let (ids, table) = x.split_at(3)?;
-            proto::embed(
-                &mut c,
-                &ids,
-                &table,
-                50257,
-                768,
-                Width::new(16).unwrap_or(Width::W64),
-            )
-            .await
-        },
-    );
     for a in [
         proto::ExpApprox::Taylor2 { squarings: 8 },
         proto::ExpApprox::Minimax,
@@ -171,4 +144,24 @@ fn main() {
             proto::softmax_rows_with(&mut c, &x, 384, 32, &valid, proto::ExpApprox::Minimax).await
         },
     );
+    report(
+        "rmsnorm 24 rows of 576, bound 2^15",
+        24 * 576 + 576,
+        24,
+        "row",
+        |mut c, x| async move {
+            let (x, g) = x.split_at(24 * 576)?;
+            proto::rms_norm_rows(&mut c, &x, 24, 576, &g, 1e-5, 32768.0).await
+        },
+    );
+    report(
+        "silu_precise Minimax",
+        n,
+        n,
+        "element",
+        |mut c, x| async move { proto::silu_precise(&mut c, &x, proto::ExpApprox::Minimax).await },
+    );
+    report("tanh", n, n, "element", |mut c, x| async move {
+        proto::tanh(&mut c, &x).await
+    });
 }

@@ -465,9 +465,15 @@ fn softmax_rows_share_rounds_and_costs_are_pinned() {
     }
     // Causal 32 × 32 (GPT-2's prompt): rows of 1…32 share the rounds of the longest.
     let (r, _) = costs_of(32 * 32, |mut ctx, x| async move {
-        proto::softmax_rows_causal(&mut ctx, &x, 32, 32, 5).await
+        proto::softmax_rows_with(&mut ctx, &x, 32, 32, &causal(32, 32), PUMA5).await
     });
     assert_eq!(r, 39);
+}
+
+/// The valid lengths of causal attention: row i of `rows` queries over `cols` keys sees
+/// keys 0..=cols − rows + i (the queries are the last `rows` positions).
+fn causal(rows: usize, cols: usize) -> Vec<usize> {
+    (0..rows).map(|i| cols - rows + 1 + i).collect()
 }
 
 #[test]
@@ -479,15 +485,16 @@ fn causal_softmax_masks_and_matches_the_reference() {
             .collect();
         let raw = fx.encode_slice(&xs).unwrap();
         let dec: Vec<f64> = raw.iter().map(|&v| fx.decode(v)).collect();
-        let valid = proto::causal_valid_len(rows, cols).unwrap();
-        assert_eq!(valid[rows - 1], cols);
-        assert_eq!(valid[0], cols - rows + 1);
+        let valid = causal(rows, cols);
         let want = reference(&dec, rows, cols, &valid, Some(TAYLOR8));
-        let (opened, _) = run_on(3, raw, move |mut ctx, x| async move {
-            let a = proto::softmax_rows_causal(&mut ctx, &x, rows, cols, 8).await?;
-            let valid = proto::causal_valid_len(rows, cols)?;
-            let b = proto::softmax_rows_with(&mut ctx, &x, rows, cols, &valid, TAYLOR8).await?;
-            Ok(vec![a, b])
+        let v2 = valid.clone();
+        let (opened, _) = run_on(3, raw, move |mut ctx, x| {
+            let valid = v2.clone();
+            async move {
+                let a = proto::softmax_rows_with(&mut ctx, &x, rows, cols, &valid, PUMA8).await?;
+                let b = proto::softmax_rows_with(&mut ctx, &x, rows, cols, &valid, TAYLOR8).await?;
+                Ok(vec![a, b])
+            }
         });
         for r in 0..rows {
             let mut sum = 0.0;
@@ -520,13 +527,13 @@ fn bad_parameters_are_refused() {
                 matches!(r, Err(e) if e.kind() == puma_core::ErrorKind::Misuse)
             };
             let mut ok = true;
-            ok &= refused(proto::neg_exp(&mut ctx, &x, 2).await);
-            ok &= refused(proto::neg_exp(&mut ctx, &x, 13).await);
+            ok &= refused(proto::neg_exp_with(&mut ctx, &x, ExpApprox::Puma { squarings: 2 }).await);
+            ok &= refused(proto::neg_exp_with(&mut ctx, &x, ExpApprox::Puma { squarings: 13 }).await);
             ok &= refused(proto::neg_exp_with(&mut ctx, &x, ExpApprox::Taylor2 { squarings: 3 }).await);
             ok &= refused(proto::softmax_rows(&mut ctx, &x, 4, 2, 5).await);
-            ok &= refused(proto::softmax_rows_masked(&mut ctx, &x, 2, 3, &[3, 0], 5).await);
-            ok &= refused(proto::softmax_rows_masked(&mut ctx, &x, 2, 3, &[3, 4], 5).await);
-            ok &= refused(proto::softmax_rows_causal(&mut ctx, &x, 3, 2, 5).await);
+            ok &= refused(proto::softmax_rows_with(&mut ctx, &x, 2, 3, &[3, 0], PUMA5).await);
+            ok &= refused(proto::softmax_rows_with(&mut ctx, &x, 2, 3, &[3, 4], PUMA5).await);
+            ok &= refused(proto::softmax_rows_with(&mut ctx, &x, 2, 3, &[3], PUMA5).await);
             ok &= refused(proto::reciprocal(&mut ctx, &x, 9, 8).await);
             ok &= refused(proto::reciprocal_extra(&mut ctx, &x, 8, 38, 30).await);
             ok &= refused(proto::max_rows(&mut ctx, &x, 2, 4, puma_core::Width::W64).await);
@@ -547,7 +554,7 @@ fn other_fixed_point_formats_are_refused_or_work_without_panics() {
             |mut ctx: Ctx| async move {
                 let x = ctx.random_shares(3);
                 let x = proto::trunc(&mut ctx, &x, 50).await?;
-                let a = proto::neg_exp(&mut ctx, &x, 5).await.is_ok();
+                let a = proto::neg_exp_with(&mut ctx, &x, PUMA5).await.is_ok();
                 let b = proto::neg_exp_with(&mut ctx, &x, TAYLOR4).await.is_ok();
                 let c = proto::softmax_rows(&mut ctx, &x, 1, 3, 5).await.is_ok();
                 let d = proto::reciprocal(&mut ctx, &x, 8, 38).await.is_ok();

@@ -1,4 +1,4 @@
-//! Equality tests, the one-hot of secret ids and the secure embedding (PROTOCOLS.md §6).
+//! Equality tests (PROTOCOLS.md §6).
 
 use alloc::vec::Vec;
 
@@ -8,8 +8,8 @@ use crate::party::PartyId;
 use crate::ring::Width;
 use crate::share::{BitShares, Shares};
 
+use super::and;
 use super::blocks::role_blocks;
-use super::{and, b2a, matmul};
 
 /// AND of all `m` low bits of each value: a tree that halves the word every round.
 ///
@@ -158,109 +158,4 @@ async fn eq_zero(ctx: &mut Ctx, z: &Shares, width: Width) -> Result<BitShares, E
     }
     let e = BitShares::from_parts(me, width, e_a, e_b);
     and_all_bits(&mut ctx, &e).await
-}
-
-/// The one-hot of each secret id against the public iota 0..`vocab`: bit (t, j) is
-/// [id_t = j], row-major (token-major), as boolean shares.
-///
-/// PROTOCOLS.md §6: ids are compared mod 2^k (k = `width`, so `vocab` ≤ 2^k and ids must be
-/// below 2^k); P0 inputs u_t = id_0 + id_1 once per token, each v_{t,j} = j − id_2 lies in
-/// component 2 for free, and an AND tree over the k XNOR bits gives each entry.
-///
-/// Rounds: 1 + ⌈log2 k⌉ (k = 16: 5). Bits per token: k from P0 plus (k − 1)·vocab per
-/// party.
-///
-/// # Errors
-/// `Misuse` if `vocab` is 0 or exceeds 2^k; `Protocol` if a message is malformed.
-pub async fn one_hot(
-    ctx: &mut Ctx,
-    ids: &Shares,
-    vocab: usize,
-    width: Width,
-) -> Result<BitShares, Error> {
-    if vocab == 0 || (width.bits() < 64 && vocab as u64 > (1u64 << width.bits())) {
-        return Err(Error::misuse("vocabulary size must be in 1..=2^width"));
-    }
-    let mut ctx = ctx.fork();
-    let me = ctx.me();
-    let n = ids.len();
-    let km = width.mask();
-    let u = (me == PartyId::P0).then(|| {
-        ids.a()
-            .iter()
-            .zip(ids.b())
-            .map(|(a, b)| a.wrapping_add(*b) & km)
-            .collect()
-    });
-    let f = input_bits_send(&mut ctx, 0, u, n, width)?;
-    // Per-token components of [u]^B, role 0 = P0.
-    let (ua, ub): (Vec<u64>, Vec<u64>) = match me {
-        PartyId::P0 => {
-            let f = f.ok_or(Error::bug("P0 lacks its mask"))?;
-            let c1 = ids
-                .a()
-                .iter()
-                .zip(ids.b())
-                .zip(&f)
-                .map(|((a, b), f)| a.wrapping_add(*b) ^ f)
-                .collect();
-            (f, c1)
-        }
-        PartyId::P1 => (ctx.recv(PartyId::P0, n, width).await?, alloc::vec![0; n]),
-        PartyId::P2 => (alloc::vec![0; n], f.ok_or(Error::bug("P2 lacks the mask"))?),
-    };
-    let total = n
-        .checked_mul(vocab)
-        .ok_or(Error::misuse("one-hot size overflows"))?;
-    let mut e_a = Vec::with_capacity(total);
-    let mut e_b = Vec::with_capacity(total);
-    for t in 0..n {
-        let ua_t = ua.get(t).copied().unwrap_or(0);
-        let ub_t = ub.get(t).copied().unwrap_or(0);
-        // id_2 is P1's second and P2's first component.
-        let id2 = match me {
-            PartyId::P0 => 0,
-            PartyId::P1 => ids.b().get(t).copied().unwrap_or(0),
-            PartyId::P2 => ids.a().get(t).copied().unwrap_or(0),
-        };
-        for j in 0..vocab as u64 {
-            let v = j.wrapping_sub(id2);
-            // e = ¬(u ⊕ v): v sits in component 2, the negation in component 0.
-            let (a, b) = match me {
-                PartyId::P0 => (!ua_t, ub_t),
-                PartyId::P1 => (ua_t, v),
-                PartyId::P2 => (v, !ub_t),
-            };
-            e_a.push(a);
-            e_b.push(b);
-        }
-    }
-    let e = BitShares::from_parts(me, width, e_a, e_b);
-    and_all_bits(&mut ctx, &e).await
-}
-
-/// Secure embedding: the rows of a shared `vocab × d` table selected by secret ids, as an
-/// `n × d` matrix: [`one_hot`], [`b2a`] of its bits, and one matmul with the table (no
-/// truncation: the one-hot is integral).
-///
-/// Rounds: 1 + ⌈log2 k⌉ + 1 + 1 (k = 16: 7). Bits per token and party: about
-/// (k − 1 + 128)·vocab + 64·d.
-///
-/// # Errors
-/// As [`one_hot`], and `Misuse` if the table is not `vocab × d`.
-pub async fn embed(
-    ctx: &mut Ctx,
-    ids: &Shares,
-    table: &Shares,
-    vocab: usize,
-    d: usize,
-    width: Width,
-) -> Result<Shares, Error> {
-    if vocab.checked_mul(d) != Some(table.len()) {
-        return Err(Error::misuse("embedding table is not vocab × d"));
-    }
-    let mut ctx = ctx.fork();
-    let bits = one_hot(&mut ctx, ids, vocab, width).await?;
-    let hot = b2a(&mut ctx, &bits).await?;
-    matmul(&mut ctx, &hot, table, ids.len(), vocab, d).await
 }

@@ -46,7 +46,7 @@ pub(super) fn encode_at(c: f64, bits: u32) -> Result<u64, Error> {
 }
 
 /// 2^bits as an `f64` for bits ≤ 126, without `std`.
-fn pow2(bits: u32) -> Option<f64> {
+pub(super) fn pow2(bits: u32) -> Option<f64> {
     if bits > 126 {
         return None;
     }
@@ -539,7 +539,8 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
 /// **Range**: exact branch choice while |x ∓ 6| < 8192, i.e. |x| < 8186; powers of inputs
 /// outside [−6, 6) may wrap, harmlessly (their selector is 0). **Error** (measured,
 /// tests/gelu_layernorm.rs): max |err| vs exact SiLU 0.0148 on [−20, 20] (at x = 6,
-/// inherent to the fit), mean 0.0036.
+/// inherent to the fit), mean 0.0036; [`super::silu_precise`] is accurate to about 1e-5
+/// for 4.5 times the rounds.
 ///
 /// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
 /// 4·192 (products) + 3·172 (truncations by f) + 2·208 (truncations by f + 6) + 192

@@ -11,11 +11,11 @@ use super::mul::{mul_trunc, square_trunc};
 use super::{rsqrt_scaled, trunc};
 
 /// Extra fractional bits of r = 1/√(var + ε) (f + 8 in total).
-const R_EXTRA_BITS: u32 = 8;
+pub(super) const R_EXTRA_BITS: u32 = 8;
 
 /// Extra fractional bits of xg = (x − μ)·γ (f + 4 in total). With r at f + 8 the final
 /// product sits at 2f + 12 bits, as in PROTOCOLS.md §10 (f + 12 bits of r, xg at f).
-const XG_EXTRA_BITS: u32 = 4;
+pub(super) const XG_EXTRA_BITS: u32 = 4;
 
 /// Extra fractional bits of μ and x − μ on the γ branch (f + 6 in total).
 const CENTER_EXTRA_BITS: u32 = 6;
@@ -23,7 +23,7 @@ const CENTER_EXTRA_BITS: u32 = 6;
 /// Extra fractional bits of the squares (x − μ)² (f + 8 in total, fewer for d ≥ 2^(f−8)):
 /// at only f bits a row of standard deviation 3e-3 has squares of 2 ulp, and their
 /// rounding noise alone moves 1/√(σ² + ε) by 0.2%.
-const SQUARE_EXTRA_BITS: u32 = 8;
+pub(super) const SQUARE_EXTRA_BITS: u32 = 8;
 
 /// Fractional bits of 1/d beyond f: C = round(2^(f+10)/d) (1/d at only f bits would bias μ
 /// by 0.1% for d = 768).

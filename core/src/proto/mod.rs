@@ -11,22 +11,25 @@ mod eq;
 mod gelu;
 mod input;
 mod layernorm;
+mod logistic;
 mod matmul;
 mod maxpool;
 mod msb;
 mod mul;
 mod recip;
 mod reveal;
+mod rmsnorm;
 mod rsqrt;
 mod softmax;
 mod trunc;
 
 pub use and::and;
 pub use b2a::{b2a, mul_bit, select};
-pub use eq::{embed, eq, eq_public, one_hot};
+pub use eq::{eq, eq_public};
 pub use gelu::{ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_precise, gelu_with, silu};
 pub use input::{share_input, share_input_parts, share_input_streamed};
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
+pub use logistic::{silu_precise, tanh};
 pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
@@ -35,11 +38,9 @@ pub use msb::{lt, lt_public, msb};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
+pub use rmsnorm::{RmsScaling, rms_norm_rows};
 pub use rsqrt::{rsqrt, rsqrt_scaled};
-pub use softmax::{
-    ExpApprox, SOFTMAX_RING_BITS, causal_valid_len, neg_exp, neg_exp_with, softmax_rows,
-    softmax_rows_causal, softmax_rows_masked, softmax_rows_with,
-};
+pub use softmax::{ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_rows, softmax_rows_with};
 use trunc::reshare_trunc;
 pub use trunc::trunc;
 

@@ -14,15 +14,15 @@ use super::maxpool::{MaxMethod, max_segments};
 use super::mul::{cross_terms, mul_trunc, square_trunc};
 use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 
-/// Ring width k' of the comparisons in [`neg_exp`] and in the row maxima of the softmax
-/// functions: 32 bits. [`neg_exp`] is exact on its branch while |x + 14| < 2^(k'−1−f) =
-/// 8192 (f = 18); the softmax functions need |x| < 4096 for every entry, so that row
-/// differences stay below 8192.
+/// Ring width k' of the comparisons in [`neg_exp_with`] and in the row maxima of the
+/// softmax functions: 32 bits. [`neg_exp_with`] is exact on its branch while
+/// |x + 14| < 2^(k'−1−f) = 8192 (f = 18); the softmax functions need |x| < 4096 for every
+/// entry, so that row differences stay below 8192.
 pub const SOFTMAX_RING_BITS: u32 = 32;
 
-/// Fractional bits inside the squaring chain of [`neg_exp`]: values in [0, 1] at 30 bits,
-/// so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every later
-/// squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
+/// Fractional bits inside the squaring chain of [`neg_exp_with`]: values in [0, 1] at 30
+/// bits, so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every
+/// later squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
 const NEG_EXP_BITS: u32 = 30;
 
 /// Extra fractional bits of the row reciprocal inside the softmax functions (f + 12).
@@ -94,63 +94,48 @@ impl ExpApprox {
     ];
 }
 
-/// e^x for x ≤ 0 by PUMA's negExp: 0 if x < −14, else (1 + x/2^t)^(2^t), t = `squarings`
-/// (PUMA uses t = 5). Output at f fractional bits. Same as [`neg_exp_with`] with
-/// [`ExpApprox::Puma`].
+/// e^x for x ≤ 0 (PUMA's negExp, Dong et al. 2023, §5.2; PROTOCOLS.md §10): 0 if
+/// x < −14, else the chosen approximation ([`ExpApprox`]), output at f fractional bits.
 ///
-/// Schedule (PROTOCOLS.md §10), two concurrent branches:
+/// Schedule, two concurrent branches:
 /// - (a) b = [x < −14] by one comparison in Z_2^32 ([`SOFTMAX_RING_BITS`]), then B2A
-///   (R_LT + 1 = 7 rounds, hidden behind (b) for t ≥ 3);
-/// - (b) the squaring chain at 30 internal fractional bits: with B = x + 2^t (local),
-///   y1 = trunc(B², 2f + 2t − 30) = (1 + x/2^t)² — the division by 2^t is folded into that
-///   truncation —, then t − 2 squarings truncated by 30, and the last one truncated by
-///   60 − f back to f bits: t products and t truncations, 2t rounds;
+///   (R_LT + 1 = 7 rounds, hidden behind (b));
+/// - (b) [`ExpApprox::Puma`]: the squaring chain at 30 internal fractional bits: with
+///   B = x + 2^t (local), y1 = trunc(B², 2f + 2t − 30) = (1 + x/2^t)² — the division by 2^t
+///   is folded into that truncation —, then t − 2 squarings truncated by 30, and the last
+///   one truncated by 60 − f back to f bits: t products and t truncations, 2t rounds.
+///   [`ExpApprox::Taylor2`] first computes the base B = 1 + y + y²/2 (y = x/2^t) at 30
+///   fractional bits — y is a local shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs
+///   one product and one truncation — and then squares it t times (t − 1 truncations by
+///   30, the last by 60 − f). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial
+///   P(u), u = x/8 + 7/8 (a local shift), at 30 fractional bits by Paterson–Stockmeyer,
+///   A + u⁴·B1 + u⁸·B2, the truncations fused into the reshares: u² (2 rounds), {u³, u⁴}
+///   (2), u⁸ (2) alongside the truncation of B1 and B2 (1), the fused sum u⁴·B1 + u⁸·B2 + A
+///   (2), then one squaring to f bits (2);
 /// - join: (1 − b)·y, one product (no truncation: 1 − b is an integer).
 ///
 /// **Range** (contract): x ≤ 0 (positive inputs overflow the chain) and |x + 14| < 8192
 /// (the narrow comparison); inputs below −2^(t+1) give garbage in branch (b) that b
 /// zeroes exactly. **Error** (measured, tests/softmax.rs, 2·10^5 points on [−50, 0]):
-/// |out − e^x| ≤ 8.56e-3 at t = 5 and ≤ 1.07e-3 at t = 8 — the approximation's own maxima
+/// Puma t = 5: ≤ 8.56e-3, t = 8: ≤ 1.07e-3 — the approximation's own maxima
 /// max |(1 + x/2^t)^(2^t) − e^x| = 8.55e-3 and 1.05e-3 (near x = −2) — and at most 4e-6
-/// from the protocol.
+/// from the protocol; Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (7.2e-6: approximation
+/// 3.5e-6 plus protocol); Minimax ≤ 5e-6 (4.2e-6: approximation 7.0e-7, the rest the
+/// output's stochastic rounding at f = 18, 1 ulp = 3.8e-6).
 ///
-/// Rounds: 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17; t = 9: 19), 8 for t = 3.
-/// Bits per element, summed over the parties, with trunc(d) = 64 + 6d:
-/// 414 (comparison) + 384 (B2A) + 128·t (squares, each truncation fused into the
-/// square's reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + trunc(60 − f) + 192
-/// (join); f = 18: t = 5 **2838 bits** (≈ 118 bytes per party and element with role
-/// rotation), t = 8 3990, t = 9 4374.
-///
-/// # Errors
-/// `Misuse` unless 3 ≤ t ≤ 12, 16 ≤ f + t ≤ 31 and f ≤ 30; `Protocol` if a message is
-/// malformed.
-pub async fn neg_exp(ctx: &mut Ctx, x: &Shares, squarings: u32) -> Result<Shares, Error> {
-    neg_exp_with(ctx, x, ExpApprox::Puma { squarings }).await
-}
-
-/// e^x for x ≤ 0: 0 if x < −14, else the chosen approximation ([`ExpApprox`]), output at
-/// f fractional bits. [`ExpApprox::Puma`] is [`neg_exp`]; [`ExpApprox::Taylor2`] first
-/// computes the base B = 1 + y + y²/2 (y = x/2^t) at 30 fractional bits — y is a local
-/// shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs one product and one truncation —
-/// and then squares it t times like [`neg_exp`] (t − 1 truncations by 30, the last by
-/// 60 − f). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial P(u), u = x/8 + 7/8
-/// (a local shift), at 30 fractional bits by Paterson–Stockmeyer, A + u⁴·B1 + u⁸·B2, the
-/// truncations fused into the reshares: u² (2 rounds), {u³, u⁴} (2), u⁸ (2) alongside the
-/// truncation of B1 and B2 (1), the fused sum u⁴·B1 + u⁸·B2 + A (2), then one squaring to
-/// f bits (2). The cut-off comparison runs alongside, and the join (1 − b)·y is one product.
-///
-/// **Range**: as [`neg_exp`]. **Error** (measured, tests/softmax.rs, 2·10^5 points on
-/// [−50, 0]): Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (7.2e-6: approximation 3.5e-6 plus
-/// protocol); Minimax ≤ 5e-6 (4.2e-6: approximation 7.0e-7, the rest the output's
-/// stochastic rounding at f = 18, 1 ulp = 3.8e-6).
-///
-/// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1, Taylor2 2t + 3 (t = 4: **11**, t = 8: 19),
-/// Minimax **11**. Bits per element (summed): Puma as [`neg_exp`]; Taylor2 414 + 384 + 128
-/// (x², fused truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) +
-/// trunc(60 − f) + 192: t = 4: **2832 bits**, t = 8: 4368; Minimax 414 + 384 + 5·(192 +
-/// 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by 30 fused into its reshare) +
-/// 2·trunc(30) (B1, B2) + 192 + 6(60 − f) (P², fused) + 192 (join) = **3782 bits** at
-/// f = 18 (≈ 158 bytes per party and element with role rotation; Taylor2 t = 8: 182).
+/// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
+/// t = 9: 19), 8 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
+/// Bits per element, summed over the parties, with trunc(d) = 64 + 6d: Puma 414
+/// (comparison) + 384 (B2A) + 128·t (squares, each truncation fused into the square's
+/// reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + trunc(60 − f) + 192 (join); f = 18:
+/// t = 5 **2838 bits** (≈ 118 bytes per party and element with role rotation), t = 8
+/// 3990, t = 9 4374. Taylor2 414 + 384 + 128 (x², fused truncation) +
+/// trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192: t = 4:
+/// **2832 bits**, t = 8: 4368;
+/// Minimax 414 + 384 + 5·(192 + 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 6(60 − f) (P², fused) + 192
+/// (join) = **3782 bits** at f = 18 (≈ 158 bytes per party and element with role
+/// rotation; Taylor2 t = 8: 182).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -350,51 +335,6 @@ pub async fn softmax_rows(
 ) -> Result<Shares, Error> {
     let valid = vec![cols; rows];
     softmax_rows_with(ctx, x, rows, cols, &valid, ExpApprox::Puma { squarings }).await
-}
-
-/// The valid lengths of causal attention: row i of `rows` queries over `cols` keys sees
-/// keys 0..=cols − rows + i (the queries are the last `rows` positions: rows = cols for a
-/// prompt, a single row per new token with a KV cache).
-///
-/// # Errors
-/// `Misuse` if rows > cols.
-pub fn causal_valid_len(rows: usize, cols: usize) -> Result<Vec<usize>, Error> {
-    if rows > cols {
-        return Err(Error::misuse("causal softmax needs rows <= cols"));
-    }
-    Ok((0..rows).map(|i| cols - rows + 1 + i).collect())
-}
-
-/// Causal softmax with PUMA's negExp: row i sees the keys given by [`causal_valid_len`];
-/// masked entries are dropped and output as exact zeros. See [`softmax_rows_with`].
-///
-/// # Errors
-/// `Misuse` if rows > cols; otherwise as [`softmax_rows_with`].
-pub async fn softmax_rows_causal(
-    ctx: &mut Ctx,
-    x: &Shares,
-    rows: usize,
-    cols: usize,
-    squarings: u32,
-) -> Result<Shares, Error> {
-    let valid = causal_valid_len(rows, cols)?;
-    softmax_rows_with(ctx, x, rows, cols, &valid, ExpApprox::Puma { squarings }).await
-}
-
-/// Softmax with PUMA's negExp over the first `valid_len[r]` entries of each row. See
-/// [`softmax_rows_with`].
-///
-/// # Errors
-/// As [`softmax_rows_with`].
-pub async fn softmax_rows_masked(
-    ctx: &mut Ctx,
-    x: &Shares,
-    rows: usize,
-    cols: usize,
-    valid_len: &[usize],
-    squarings: u32,
-) -> Result<Shares, Error> {
-    softmax_rows_with(ctx, x, rows, cols, valid_len, ExpApprox::Puma { squarings }).await
 }
 
 /// Softmax of each row of a `rows × cols` row-major matrix over its first `valid_len[r]`
