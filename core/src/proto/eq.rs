@@ -1,4 +1,5 @@
-//! Equality tests, the one-hot of secret ids and the secure embedding (PROTOCOLS.md §6).
+//! Equality tests, the one-hot of secret ids and the secure embedding
+//! (docs/PROTOCOLS.md, Equality; One-hot and embedding).
 
 use alloc::vec::Vec;
 
@@ -163,9 +164,10 @@ async fn eq_zero(ctx: &mut Ctx, z: &Shares, width: Width) -> Result<BitShares, E
 /// The one-hot of each secret id against the public iota 0..`vocab`: bit (t, j) is
 /// [id_t = j], row-major (token-major), as boolean shares.
 ///
-/// PROTOCOLS.md §6: ids are compared mod 2^k (k = `width`, so `vocab` ≤ 2^k and ids must be
-/// below 2^k); P0 inputs u_t = id_0 + id_1 once per token, each v_{t,j} = j − id_2 lies in
-/// component 2 for free, and an AND tree over the k XNOR bits gives each entry.
+/// docs/PROTOCOLS.md, One-hot and embedding: ids are compared mod 2^k (k = `width`, so
+/// `vocab` ≤ 2^k and ids must be below 2^k); P0 inputs u_t = id_0 + id_1 once per token,
+/// each v_{t,j} = j − id_2 lies in component 2 for free, and an AND tree over the k XNOR
+/// bits gives each entry.
 ///
 /// Rounds: 1 + ⌈log2 k⌉ (k = 16: 5). Bits per token: k from P0 plus (k − 1)·vocab per
 /// party.
