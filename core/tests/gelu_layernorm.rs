@@ -275,7 +275,8 @@ fn gelu_and_silu_far_inputs_select_exactly() {
     }
 }
 
-/// GeLU costs 8 rounds and 1486 bits per element and party (4458 in total, PROTOCOLS §10);
+/// GeLU costs 8 rounds and 1486 bits per element and party (4458 in total;
+/// docs/PROTOCOLS.md, GeLU);
 /// its three comparisons cost the rounds of one.
 #[test]
 fn gelu_costs_are_pinned() {
@@ -702,8 +703,8 @@ fn gelu_precise_accuracy_and_rounds() {
 
 /// The precise GeLU's exact cost: 3200 bits per element summed over the parties, i.e.
 /// 133⅓ bytes per element and party for n divisible by 24 (comparisons at 22 bits, four
-/// products with the truncation fused into the reshare, PROTOCOLS.md-style accounting in
-/// the `gelu_precise` docs).
+/// products with the truncation fused into the reshare; the accounting is in the
+/// `gelu_precise` docs and in docs/PROTOCOLS.md, GeLU).
 #[test]
 fn gelu_precise_pinned_cost() {
     let n = 24 * 10;

@@ -1,5 +1,5 @@
 //! From the boolean world back to the ring: B2A of bits, bit injection, select
-//! (PROTOCOLS.md §7).
+//! (docs/PROTOCOLS.md, B2A; Bit injection and select).
 
 use alloc::vec::Vec;
 
@@ -14,7 +14,7 @@ use super::mul;
 
 /// Arithmetic shares of single bits: b = b_0 ⊕ b_1 ⊕ b_2 ↦ `[b]` over Z_2^64.
 ///
-/// Three-party OT (PROTOCOLS.md §7): the role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2
+/// Three-party OT (docs/PROTOCOLS.md, B2A): the role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2
 /// know β = b_2, and b = t ⊕ β. R0 offers m_j = (t ⊕ j) − ρ with ρ = F_0 + F_1, masked for
 /// R1 and R2; each of them unmasks m_β with a helper string from the other. Output
 /// components (F_0, F_1, b − ρ). Exact. Only bit 0 of each input value is used. Roles

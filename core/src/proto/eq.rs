@@ -1,4 +1,4 @@
-//! Equality tests (PROTOCOLS.md §6).
+//! Equality tests (docs/PROTOCOLS.md, Equality).
 
 use alloc::vec::Vec;
 

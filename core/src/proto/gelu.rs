@@ -1,4 +1,5 @@
-//! Piecewise-polynomial activations: GeLU (PUMA) and SiLU (PROTOCOLS.md §10).
+//! Piecewise-polynomial activations: GeLU (PUMA) and SiLU (docs/PROTOCOLS.md,
+//! GeLU and SiLU).
 //!
 //! Both share one schedule: the comparisons with the breakpoints run as **one** batched
 //! MSB in a narrow ring followed by one B2A of all bits (branch A), concurrently with the
@@ -17,12 +18,12 @@ use crate::share::Shares;
 use super::{b2a, lt_public, mul, reshare, square, trunc};
 
 /// Ring width k' of the comparisons in [`gelu`] and [`silu`]: 32 bits, exact while
-/// |x − c| < 2^(k'−1−f) = 8192 for every breakpoint c (f = 18; PROTOCOLS.md §5, "Narrow
-/// rings"): |x| < 8188 for GeLU, |x| < 8186 for SiLU.
+/// |x − c| < 2^(k'−1−f) = 8192 for every breakpoint c (f = 18; docs/PROTOCOLS.md,
+/// Narrow rings): |x| < 8188 for GeLU, |x| < 8186 for SiLU.
 pub const ACTIVATION_RING_BITS: u32 = 32;
 
 /// Extra fractional bits of the polynomial coefficients (f + 6 in total): coefficients at
-/// only f bits would cost 1.4e-3 at x ≈ 3 in GeLU (PROTOCOLS.md §10).
+/// only f bits would cost 1.4e-3 at x ≈ 3 in GeLU (docs/PROTOCOLS.md, GeLU).
 const COEFF_EXTRA_BITS: u32 = 6;
 
 /// `round(c · 2^bits)` in two's complement (ties away from zero).
@@ -72,7 +73,8 @@ pub(super) fn lincomb(terms: &[(&Shares, u64)], constant: u64) -> Result<Shares,
 }
 
 /// Σ_k x_k ⊙ y_k elementwise as one fused sum of products: the local cross terms of all
-/// products are summed before a single [`reshare`] (PROTOCOLS.md §3, "Fused sums").
+/// products are summed before a single [`reshare`] (docs/PROTOCOLS.md, Fused sums of
+/// products).
 ///
 /// Rounds: 1. Bytes: 8 per element per party, whatever the number of products.
 ///
@@ -242,7 +244,7 @@ impl GeluFit {
 }
 
 /// GeLU(x) = x·Φ(x) by PUMA's piecewise polynomial (Dong et al. 2023, "PUMA", §5.2;
-/// PROTOCOLS.md §10), with comparisons in the narrow ring of
+/// docs/PROTOCOLS.md, GeLU), with comparisons in the narrow ring of
 /// [`ACTIVATION_RING_BITS`] = 32 bits:
 ///
 /// ```text
@@ -419,8 +421,8 @@ fn shift_components(x: &Shares, d: u32) -> Shares {
 /// GeLU to about 1e-4: 0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, where
 /// E(x) = Σ_{i≤8} e_i x^(2i) is an even degree-16 minimax fit of GeLU(x) − x/2 =
 /// x·(Φ(x) − ½) (an even function, so no |x| is needed). Same shape as PUMA's GeLU and
-/// PROTOCOLS.md's SiLU; this crate's design, for models whose logits must match plaintext
-/// closely.
+/// the polynomial SiLU (docs/PROTOCOLS.md, SiLU); this crate's design, for models whose
+/// logits must match plaintext closely.
 ///
 /// Schedule: branch A, the breakpoint bits b0 = `[x < −4 − 2^-7]`, b1 = `[x < 4]` in one
 /// batched MSB in a 22-bit ring (6 rounds) and one B2A in its two-round form (2: R1
@@ -517,8 +519,8 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
 }
 
-/// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (PROTOCOLS.md §10, the
-/// verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
+/// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
+/// the verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
 /// narrow ring of [`ACTIVATION_RING_BITS`] = 32 bits:
 ///
 /// ```text

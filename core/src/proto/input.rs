@@ -10,7 +10,8 @@ use crate::share::Shares;
 ///
 /// Component `o+1` is `F_{o+1}(t)` (known to `owner` and its next party), component `o+2`
 /// is 0, and the owner sends component `o = v − F_{o+1}(t)` to its previous party. Each
-/// non-owner sees one uniformly masked or one pseudorandom vector. (PROTOCOLS.md §2.)
+/// non-owner sees one uniformly masked or one pseudorandom vector. (docs/PROTOCOLS.md, Input
+/// sharing.)
 ///
 /// Rounds: 1. Bytes: 8·n from the owner, 0 from the others.
 ///

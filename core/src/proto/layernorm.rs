@@ -1,4 +1,4 @@
-//! LayerNorm over the rows of a matrix (PUMA; PROTOCOLS.md §10): one rsqrt per row.
+//! LayerNorm over the rows of a matrix (PUMA; docs/PROTOCOLS.md, LayerNorm): one rsqrt per row.
 
 use alloc::vec::Vec;
 
@@ -14,7 +14,8 @@ use super::{rsqrt_scaled, trunc};
 pub(super) const R_EXTRA_BITS: u32 = 8;
 
 /// Extra fractional bits of xg = (x − μ)·γ (f + 4 in total). With r at f + 8 the final
-/// product sits at 2f + 12 bits, as in PROTOCOLS.md §10 (f + 12 bits of r, xg at f).
+/// product sits at 2f + 12 bits, as in the baseline plan (f + 12 bits of r, xg at f;
+/// docs/PROTOCOLS.md, Baseline plan).
 pub(super) const XG_EXTRA_BITS: u32 = 4;
 
 /// Extra fractional bits of μ and x − μ on the γ branch (f + 6 in total).
@@ -36,7 +37,7 @@ const MEAN_LOW_BITS: u32 = 12;
 /// LayerNorm of each of `rows` rows of length `d` (row-major `x`), with shared `gamma` and
 /// `beta` of length `d` broadcast over the rows:
 /// y = γ ⊙ (x − μ)/√(σ² + ε) + β, μ and σ² the row's mean and (biased) variance
-/// (Ba et al. 2016; PUMA, Dong et al. 2023, §5.3; PROTOCOLS.md §10).
+/// (Ba et al. 2016; PUMA, Dong et al. 2023, §5.3; docs/PROTOCOLS.md, LayerNorm).
 ///
 /// Schedule (all rows share every round):
 /// 1. μ from the row sum s with 1/d split into C = round(2^(f+10)/d) and a low part C_lo
@@ -53,18 +54,19 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    xg = trunc(xc'·γ, f + 2) at f + 4 bits.
 /// 3. y = trunc(xg·r, f + 12) + β (2 rounds).
 ///
-/// Departures from PROTOCOLS.md §10. Rounds: [`rsqrt_scaled`] takes R_LT + 7 rounds
-/// instead of R_LT + 12 (quadratic initial guess from the shared normalisation's u and u²,
-/// one Newton step), so LayerNorm takes 19 rounds instead of 24. Precision, all for rows
-/// of tiny variance, where r reaches 1/√ε ≈ 316 and amplifies every rounding of x − μ:
-/// the squares keep 8 extra bits (at f bits a row of standard deviation 3e-3 has squares
-/// of 2 ulp, and their rounding noise moved r by 0.2%); the γ branch keeps μ and x − μ at
-/// f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits instead of 12, so the product
-/// xg·r sits at 2f + 12 bits as in the cookbook and the overflow budget is unchanged;
-/// 1/d carries a low part, so μ's error does not grow with |μ|. Measured on the tests'
-/// tiny-variance rows: 3.1e-3 with the cookbook's precision, 8.5e-5 with these. Cost:
-/// four truncations per row instead of one, xg truncated by f + 2 instead of f (+12 bits
-/// per element), squares truncated by f − 8 instead of f (−48 bits per element).
+/// Departures from the baseline plan (docs/PROTOCOLS.md, Baseline plan). Rounds:
+/// [`rsqrt_scaled`] takes R_LT + 7 rounds instead of R_LT + 12 (quadratic initial guess
+/// from the shared normalisation's u and u², one Newton step), so LayerNorm takes 19 rounds
+/// instead of 24. Precision, all for rows of tiny variance, where r reaches 1/√ε ≈ 316 and
+/// amplifies every rounding of x − μ: the squares keep 8 extra bits (at f bits a row of
+/// standard deviation 3e-3 has squares of 2 ulp, and their rounding noise moved r by 0.2%);
+/// the γ branch keeps μ and x − μ at f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits
+/// instead of 12, so the product xg·r sits at 2f + 12 bits as in the baseline and the
+/// overflow budget is unchanged; 1/d carries a low part, so μ's error does not grow with
+/// |μ|. Measured on the tests' tiny-variance rows: 3.1e-3 with the baseline's precision,
+/// 8.5e-5 with these. Cost: four truncations per row instead of one, xg truncated by f + 2
+/// instead of f (+12 bits per element), squares truncated by f − 8 instead of f (−48 bits
+/// per element).
 ///
 /// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, so that each square stays
 /// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
@@ -80,12 +82,12 @@ const MEAN_LOW_BITS: u32 = 12;
 /// its truncation by f + 2, final product with its truncation by f + 12, each truncation
 /// fused into its product's reshare: 128 + 64 + 6d bits) + rsqrt's bits
 /// (72589 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
-/// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for
-/// the rest); d = 768, ε = 1e-5: **792,437 bits per row (99.1 KB)**, against the
-/// cookbook's 946.7 kbit (939,893 with separate truncations). **Bytes** per party: roles rotate over three blocks of rows and
-/// of elements, so with the number of rows divisible by 24 each party sends exactly
-/// 792437·rows/24 bytes; a single row sends (33668, 32730, 32769) bytes (its per-row work
-/// falls to one party per role).
+/// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for the
+/// rest); d = 768, ε = 1e-5: **792,437 bits per row (99.1 KB)**, against the baseline
+/// plan's 946.7 kbit (939,893 with separate truncations). **Bytes** per party: roles rotate
+/// over three blocks of rows and of elements, so with the number of rows divisible by 24
+/// each party sends exactly 792437·rows/24 bytes; a single row sends (33668, 32730, 32769)
+/// bytes (its per-row work falls to one party per role).
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0 or d ≥ 2^f, or ε outside the

@@ -1,5 +1,6 @@
-//! Max and argmax along the last axis (PROTOCOLS.md §8): all-pairs comparisons for short
-//! rows, a tournament for long rows, and the hybrid of the two used by default.
+//! Max and argmax along the last axis (docs/PROTOCOLS.md, Max and argmax): all-pairs
+//! comparisons for short rows, a tournament for long rows, and the hybrid of the two used
+//! by default.
 //!
 //! Every variant is built from one kind of **level**: the current elements of every row are
 //! split into groups of consecutive elements, and each group is reduced to its maximum by
@@ -168,9 +169,10 @@ pub async fn max_rows(
     max_rows_with(ctx, x, rows, cols, width, MaxMethod::default()).await
 }
 
-/// The maximum of each row of a `rows × cols` row-major matrix (PROTOCOLS.md §8; all-pairs
-/// maximum and tournament as in PUMA's softmax, Dong et al. 2023, and ABY3's comparison
-/// circuits). Output: `rows` values, exact (the output is one of the inputs).
+/// The maximum of each row of a `rows × cols` row-major matrix (docs/PROTOCOLS.md, Max and
+/// argmax; all-pairs maximum and tournament as in PUMA's softmax, Dong et al. 2023, and
+/// ABY3's comparison circuits). Output: `rows` values, exact (the output is one of the
+/// inputs).
 ///
 /// Method: see the module documentation; all rows share every round.
 ///
@@ -222,7 +224,7 @@ pub async fn argmax_rows(
 
 /// Maximum and one-hot argmax of each row of a `rows × cols` row-major matrix: returns
 /// (`rows` maxima, `rows × cols` arithmetic 0/1 values with a single 1 per row at the
-/// **first** maximum). Exact. PROTOCOLS.md §8.
+/// **first** maximum). Exact. docs/PROTOCOLS.md, Max and argmax.
 ///
 /// The one-hot comes from the same winner bits as the maximum: with a single level it is
 /// the B2A'd winner vector itself (the last member's bit 1 − Σ others, local), so it costs
@@ -353,7 +355,7 @@ pub(crate) async fn and_reduce(
 
 /// Σ_{p: out_of[p] = o} x_p·y_p for every output o < `n_out`, as **one** fused sum: each
 /// party adds the local cross terms x_i·y_i + x_i·y_{i+1} + x_{i+1}·y_i of all products of
-/// an output before a single reshare (PROTOCOLS.md §3, "Fused sums"). Exact.
+/// an output before a single reshare (docs/PROTOCOLS.md, Fused sums of products). Exact.
 ///
 /// Rounds: 1. Bytes: 8 per output per party, whatever the number of products.
 ///

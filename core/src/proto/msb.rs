@@ -1,4 +1,4 @@
-//! Most significant bit and comparisons (PROTOCOLS.md §5, §6).
+//! Most significant bit and comparisons (docs/PROTOCOLS.md, MSB and comparison).
 
 use alloc::vec::Vec;
 
@@ -32,8 +32,8 @@ fn low_mask(bits: u32) -> u64 {
 /// Sign bit of each element of `x` read in the ring Z_2^k with k = `width` (the
 /// components are reduced mod 2^k first, a free ring homomorphism).
 ///
-/// One-round first layer, then a carry tree (PROTOCOLS.md §5, "MSB with a one-round first
-/// layer"): `P1`'s role computes y = x_1 + x_2, so x = y + x_0 is a sum of two operands;
+/// One-round first layer, then a carry tree (docs/PROTOCOLS.md, MSB and comparison):
+/// `P1`'s role computes y = x_1 + x_2, so x = y + x_0 is a sum of two operands;
 /// `[y]^B` is input by that role and the generate bits y ∧ x_0 come from a bitwise
 /// three-party OT whose choice bits x_0 the other two roles know; a binary tree over the
 /// k−1 low positions combines (generate, propagate) pairs, and msb = p_{k−1} ⊕ carry.

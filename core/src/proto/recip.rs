@@ -1,5 +1,5 @@
 //! Reciprocal of positive fixed-point values: normalisation by the top bit, then
-//! Goldschmidt iterations (PROTOCOLS.md §9; Catrina, Saxena, "Secure Computation with
+//! Goldschmidt iterations (docs/PROTOCOLS.md, Reciprocal; Catrina, Saxena, "Secure Computation with
 //! Fixed-Point Numbers", FC 2010).
 //!
 //! Also home of [`normalize`], the normalisation step shared with other functions of the
@@ -78,7 +78,8 @@ fn pow2(e: i64) -> u64 {
         .unwrap_or(0)
 }
 
-/// Normalisation of positive raw values X with 2^lo ≤ X < 2^(hi+1) (PROTOCOLS.md §9):
+/// Normalisation of positive raw values X with 2^lo ≤ X < 2^(hi+1) (docs/PROTOCOLS.md,
+/// Normalisation by the top bit):
 /// finds the top bit j of X and returns u = X/2^(j+1) ∈ [0.5, 1) at `u_bits` fractional
 /// bits, optionally u², products u·V with public tables V indexed by j, and the bits
 /// needed for further table look-ups ([`Normalized::lookup`], local).
@@ -351,7 +352,7 @@ fn plan(f: u32, lo: u32, hi: u32, extra: u32) -> Result<Plan, Error> {
 /// 1/x for positive fixed-point x with 2^lo ≤ X < 2^(hi+1) (X = x·2^f raw), output at
 /// f + `extra` fractional bits.
 ///
-/// Method (PROTOCOLS.md §9, Catrina–Saxena 2010 with Goldschmidt's iteration):
+/// Method (docs/PROTOCOLS.md, Reciprocal; Catrina–Saxena 2010 with Goldschmidt's iteration):
 /// 1. normalisation (`normalize`, crate-internal): X = u·2^(j+1), u ∈ [0.5, 1), with u, u² and u·T' (T'_j a power of two
 ///    that carries 2^(f−1−j)) from one fused round after the comparisons.
 /// 2. Initial guess y0 = (15/8)(1.5 − u) (|e0| ≤ 1/16 on [0.5, 1]), so that

@@ -1,6 +1,6 @@
 //! Reciprocal square root: normalisation by the top bit, a table of public powers of √2,
-//! a quadratic initial guess and one Newton step (PROTOCOLS.md §9; Lu, Fang, Huang, Hong
-//! 2020, "rSqrt").
+//! a quadratic initial guess and one Newton step (docs/PROTOCOLS.md, Reciprocal square
+//! root; Lu, Fang, Huang, Hong 2020, "rSqrt").
 //!
 //! The normalisation is the crate's shared [`normalize`] (recip.rs), which delivers u, u²
 //! and u·T together; that is what lets the initial guess be quadratic at no extra round.
@@ -81,11 +81,12 @@ pub async fn rsqrt(
 /// a sum of squares kept at f + 8 bits, so that the result is 1/√(var + ε)). Output at
 /// f + `extra` fractional bits.
 ///
-/// Method (PROTOCOLS.md §9 structure; Lu et al. 2020): normalise X = u·2^(j+1) with
-/// u ∈ [0.5, 1), j the top bit, by the crate's shared normalisation (one batched
-/// comparison with public powers of two, one B2A, one fused round that returns u at f
-/// bits, its exact square u² and u·T); T = Σ e_j·T_j with T_j = √c·2^((f−1−j)/2) (√2 for
-/// odd f−1−j) at f + 14 fractional bits gives √(c/x) = T/√u. Then, in one round, the
+/// Method (docs/PROTOCOLS.md, Reciprocal square root; Lu et al. 2020): normalise
+/// X = u·2^(j+1) with u ∈ [0.5, 1), j the top bit, by the crate's shared normalisation
+/// (one batched comparison with public powers of two, one B2A, one fused round that
+/// returns u at f bits, its exact square u² and u·T); T = Σ e_j·T_j with
+/// T_j = √c·2^((f−1−j)/2) (√2 for odd f−1−j) at f + 14 fractional bits gives
+/// √(c/x) = T/√u. Then, in one round, the
 /// initial guess y0 = 2.23395 − 2.06621u + 0.83545u² (relative minimax fit on [0.5, 1],
 /// relative error 3.19e-3: one truncation of a linear combination of u and u²) and
 /// uT = trunc(u·T); then one Newton step y ← y(3 − u·y²)/2 with T folded in:
@@ -94,16 +95,17 @@ pub async fn rsqrt(
 /// −1.5e² ∈ [−1.53e-5, 0]; the table carries 1 + 7.62e-6 to centre it (±7.6e-6 before
 /// rounding).
 ///
-/// Departure from PROTOCOLS.md §9, which starts from the linear y0 = 1.787 − 0.809u (error
-/// 0.0224) and needs two Newton steps: R_LT + 12 rounds there, R_LT + 7 here, with a
-/// smaller error; the shared normalisation costs more bits (its shifted versions of X),
-/// so the total bits are about those of the cookbook (36798 against 37240 at k' = 40).
+/// Departure from the baseline plan (docs/PROTOCOLS.md, Baseline plan), which starts from
+/// the linear y0 = 1.787 − 0.809u (error 0.0224) and needs two Newton steps: R_LT + 12
+/// rounds there, R_LT + 7 here, with a smaller error; the shared normalisation costs more
+/// bits (its shifted versions of X), so the total bits are about those of the baseline
+/// (36798 against 37240 at k' = 40).
 ///
 /// **Range** (documented contract): 2^lo ≤ X < 2^(hi+1); a violated bound gives a wrong
 /// normalisation (X below 2^lo is treated as if its top bit were lo).
 /// **Error** (measured, tests/gelu_layernorm.rs): relative error ≤ 1.2e-5 over
 /// x ∈ [2^−10, 2^20] with `extra` = 12; with `extra` = 0, ≤ 5.1e-5 where the output is
-/// ≥ 2^−4 (the cookbook: 8.1e-5), below which the output grid 2^−f dominates (relative
+/// ≥ 2^−4 (the baseline plan: 8.1e-5), below which the output grid 2^−f dominates (relative
 /// 2^−f/out). Y and y·uT keep 4 guard bits beyond f + `extra` (fewer if the overflow
 /// budget requires), dropped by the final truncation.
 ///

@@ -1,5 +1,6 @@
 //! negExp and softmax over the rows of a matrix (PUMA, Dong et al. 2023, §5.2;
-//! PROTOCOLS.md §10), with public masks (causal attention) that drop masked positions.
+//! docs/PROTOCOLS.md, negExp and Softmax), with public masks (causal attention) that drop
+//! masked positions.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -94,7 +95,7 @@ impl ExpApprox {
     ];
 }
 
-/// e^x for x ≤ 0 (PUMA's negExp, Dong et al. 2023, §5.2; PROTOCOLS.md §10): 0 if
+/// e^x for x ≤ 0 (PUMA's negExp, Dong et al. 2023, §5.2; docs/PROTOCOLS.md, negExp): 0 if
 /// x < −14, else the chosen approximation ([`ExpApprox`]), output at f fractional bits.
 ///
 /// Schedule, two concurrent branches:
@@ -339,7 +340,7 @@ pub async fn softmax_rows(
 
 /// Softmax of each row of a `rows × cols` row-major matrix over its first `valid_len[r]`
 /// entries (a public mask: the others are never compared and come out as exact zeros),
-/// after PUMA's softmax (Dong et al. 2023, §5.2; PROTOCOLS.md §10):
+/// after PUMA's softmax (Dong et al. 2023, §5.2; docs/PROTOCOLS.md, Softmax):
 /// 1. m = max of the valid entries (all rows in one [`MaxMethod::default`] run: all pairs
 ///    for rows of up to 32, and for longer rows while the call compares at most 2^16
 ///    pairs, e.g. 12 single-query rows of up to 105 keys in a KV-cached step; tournament
@@ -384,7 +385,8 @@ pub async fn softmax_rows(
 /// **Rounds** = R_max + R_exp + (R_LT(hi + 2) + 7) + 2 with R_max the rounds of the
 /// maximum ([`crate::proto::max_rows_with`]) for the longest row and R_exp those of
 /// [`ExpApprox::rounds`]: n ≤ 32, Puma t = 5 (or Taylor2 t = 4): 13 + 11 + 13 + 2 =
-/// **39** (PROTOCOLS.md: 41), the same with Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
+/// **39** (the baseline plan: 41; docs/PROTOCOLS.md, Baseline plan), the same with
+/// Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
 /// n = 1024: 5 tournament levels first, 53 + 11 + 13 + 2 = 79.
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 220230) + n·negExp (Puma t = 5: 2838) + the row's reciprocal (n ≤ 32: 6490)

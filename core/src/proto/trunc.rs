@@ -13,7 +13,8 @@ const OFFSET: u64 = 1 << 62;
 
 /// Fixed-point truncation by `d` bits: y ≈ x / 2^d, with no large errors.
 ///
-/// Known-MSB truncation with a three-party OT (PROTOCOLS.md §4, after SiRNN). With
+/// Known-MSB truncation with a three-party OT (docs/PROTOCOLS.md, Truncation; after SiRNN).
+/// With
 /// x' = x + 2^62, a = x_0 + 2^62 (known to the roles R0, R2) and b = x_1 + x_2 (R1), the
 /// wrap of a + b is w = msb(a) ∨ msb(b) because x' < 2^63. R1 offers the two d-bit strings
 /// u − (j ∨ msb(b)), j ∈ {0,1}, masked for R0 and R2; R0 and R2 each learn the one selected
