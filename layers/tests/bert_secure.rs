@@ -151,29 +151,3 @@ fn minilm_secure_embeddings_match_reference() {
         assert_eq!(row, &single.input_ids[..]);
     }
 }
-
-/// The secure tanh of the pooler against f64 on [−12, 12] (both signs, zero, saturation).
-#[test]
-fn secure_tanh_matches_f64() {
-    let fx = puma_core::FixedPoint::default();
-    let xs: Vec<f64> = (-1200..=1200).map(|i| f64::from(i) * 0.01).collect();
-    let enc: Vec<u64> = xs.iter().map(|&x| fx.encode(x).unwrap()).collect();
-    let n = enc.len();
-    let outcome = Sim::new(3).run(move |me| {
-        let enc = enc.clone();
-        move |mut ctx| async move {
-            let v = (me == CLIENT).then_some(&enc[..]);
-            let x = puma_core::proto::share_input(&mut ctx, CLIENT, v, n).await?;
-            let t = puma_layers::bert::tanh(&mut ctx, &x).await?;
-            puma_core::proto::reveal_all(&mut ctx, &t).await
-        }
-    });
-    let [got, _, _] = outcome.into_results().unwrap();
-    let worst = xs
-        .iter()
-        .zip(fx.decode_slice(&got))
-        .map(|(x, y)| (x.tanh() - y).abs())
-        .fold(0.0, f64::max);
-    eprintln!("secure tanh on [-12, 12]: max |err| {worst:.2e}");
-    assert!(worst <= 5e-5, "{worst}");
-}

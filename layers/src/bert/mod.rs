@@ -21,11 +21,9 @@ pub mod config;
 mod error;
 pub mod plain;
 pub mod secure;
-mod tanh;
 pub mod weights;
 
 pub use config::{BertConfig, BertFlavor};
 pub use error::BertError;
 pub use plain::{BertBatch, BertOutput, PlainBert};
-pub use tanh::tanh;
 pub use weights::{BertLayer, BertWeights, load_bert};

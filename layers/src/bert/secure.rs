@@ -17,7 +17,6 @@ use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares};
 
 use super::config::BertConfig;
 use super::plain::BertBatch;
-use super::tanh::tanh;
 use super::weights::BertWeights;
 use crate::checkpoint::LayerNormWeights;
 use crate::gpt2::secure::encode_all;
@@ -664,7 +663,7 @@ pub async fn pool_and_classify(
         .collect();
     let x = hidden.gather(&first)?;
     let p = pooler.forward(ctx, &x, shape.batch).await?;
-    let pooled = tanh(ctx, &p).await?;
+    let pooled = proto::tanh(ctx, &p).await?;
     let logits = match &model.classifier {
         Some(c) => Some(c.forward(ctx, &pooled, shape.batch).await?),
         None => None,

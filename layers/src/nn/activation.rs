@@ -4,7 +4,6 @@ use puma_core::proto::GeluForm;
 use puma_core::{Ctx, Error, Shares, proto};
 
 use super::cost::LayerKind;
-use super::protocols::silu_precise;
 use super::settings::{GeluApprox, SecureSettings, SiluApprox};
 
 /// The activation a model's MLP applies.
@@ -44,7 +43,7 @@ impl Activation {
             }
             (Activation::Silu, _, SiluApprox::Piecewise) => proto::silu(ctx, x).await,
             (Activation::Silu, _, SiluApprox::Precise) => {
-                silu_precise(ctx, x, settings.softmax_exp).await
+                proto::silu_precise(ctx, x, settings.softmax_exp).await
             }
         }
     }

@@ -16,7 +16,6 @@ pub mod embedding;
 pub mod linear;
 pub mod norm;
 pub mod plan;
-mod protocols;
 pub mod settings;
 
 pub use activation::Activation;
@@ -29,5 +28,4 @@ pub use decoder::{
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};
 pub use plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan};
-pub use protocols::{RmsScaling, rms_norm_rows, silu_precise};
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};

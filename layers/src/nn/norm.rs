@@ -3,7 +3,6 @@
 use puma_core::{Ctx, Error, Shares, proto};
 
 use super::cost::LayerKind;
-use super::protocols::rms_norm_rows;
 
 /// The smallest LayerNorm epsilon the core's LayerNorm accepts without overflowing its
 /// rsqrt table: 1/√ε (times √2 for the table's power-of-two grid) must stay below 2^11
@@ -80,7 +79,7 @@ impl Norm {
                 proto::layernorm_rows_unscaled(ctx, x, rows, d, eps.max(LAYERNORM_EPS_FLOOR)).await
             }
             Norm::RmsNorm { gamma, eps } => {
-                rms_norm_rows(ctx, x, rows, d, gamma, *eps, residual_bound).await
+                proto::rms_norm_rows(ctx, x, rows, d, gamma, *eps, residual_bound).await
             }
         }
     }
