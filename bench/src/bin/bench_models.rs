@@ -7,7 +7,7 @@
 //!   mean-pooled, normalised sentence embedding revealed to the client (as the `bert`
 //!   binary's `--synthetic` runs do).
 //!
-//! `cargo run --release -p puma-examples --bin bench_models -- [--models
+//! `cargo run --release -p puma-bench --bin bench_models -- [--models
 //! base,medium,large,bert-base,bert-large] [--whole | --scaled] [--json]`
 //!
 //! The default is all five: 2 min 54 s on 2 cores at load average 7–8 from other jobs (23

@@ -2,7 +2,7 @@
 //! random weights (GPT-2's initialisation scale), 32 prompt tokens → 1 new token (and
 //! optionally more, to measure the KV cache), three parties in one process.
 //!
-//! `cargo run --release -p puma-examples --bin gpt2_base [-- --new-tokens N --layers L --lan]`
+//! `cargo run --release -p puma-bench --bin gpt2_base [-- --new-tokens N --layers L --lan]`
 //! prints wall time, bytes per party, rounds, the per-step costs and the peak resident
 //! memory of the process (all three parties together). `--lan` puts a simulated 5 Gbit/s,
 //! 1 ms round-trip network between the parties (`puma_transports::mem::Shape::LAN`).

@@ -3,7 +3,7 @@
 //! same sessions, so the same ids and bytes; prints the wall time of each.
 //!
 //! ```sh
-//! cargo run --release -p puma-examples --bin gpt2_net [-- --max-new-tokens 8]
+//! cargo run --release -p puma-bench --bin gpt2_net [-- --max-new-tokens 8]
 //! ```
 
 use std::path::Path;

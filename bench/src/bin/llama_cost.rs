@@ -2,7 +2,7 @@
 //! from measured runs of scaled-down shapes.
 //!
 //! ```sh
-//! cargo run --release -p puma-examples --bin llama_cost
+//! cargo run --release -p puma-bench --bin llama_cost
 //! ```
 //!
 //! LLaMA-7B: 32 layers, width 4096, 32 heads of 128 (no GQA), MLP 11008, vocabulary 32000.

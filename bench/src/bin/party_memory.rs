@@ -1,7 +1,7 @@
 //! Peak memory of each party of secure GPT-2, measured with one party per OS process.
 //!
 //! ```sh
-//! cargo build --release -p puma-examples --bin puma-party --bin party_memory \
+//! cargo build --release -p puma-examples --bin puma-party && cargo build --release -p puma-bench --bin party_memory \
 //!   && target/release/party_memory [--layers L] [--new-tokens N] [--transport quic]
 //! ```
 //!
