@@ -29,7 +29,22 @@
 //! sent anything while some party still waits is a deadlock (peers disagree about the
 //! protocol): every party fails at once with a protocol error. The setup round is counted
 //! apart.
+//!
+//! # Cooperative scheduling
+//! A session never runs long local work in one go: [`Config::work_budget`] bounds the work
+//! of one poll of the protocol, so that a host running many sessions on one thread stays
+//! responsive. Work is counted in work units: one unit is one 64-bit multiply-add of the
+//! matrix kernel; a word drawn from a PRSS stream counts 64 and an element packed into or
+//! out of a record 16. Long loops (the local matrix products of [`crate::proto::matmul`] and its
+//! variants) are cut into blocks and call [`Ctx::spend`] before each block; work that
+//! cannot be cut (a PRSS draw) is paid for at the task's next receive. When a poll has used
+//! its budget the session returns [`Output::Yielded`] and continues on the next call of
+//! [`Session::poll_output`]. Yielding only interleaves local work within an epoch: every
+//! frame (records are sealed in tag order, not in the order tasks queued them), every
+//! result and every round count are the same for any budget. A single block may exceed a
+//! tiny budget: each poll admits its first block whatever its size.
 
+pub(crate) mod budget;
 pub(crate) mod ctx;
 pub(crate) mod join;
 pub(crate) mod mailbox;
@@ -58,6 +73,7 @@ use crate::wire::{
     self, CHUNK_HEADER_LEN, FRAME_HEADER_LEN, Frame, FrameHeader, FrameKind, MIN_FRAME_LEN, Reader,
     SEED_LEN,
 };
+use budget::Budget;
 use ctx::Shared;
 use mailbox::{Chunk, Mailbox, OutRecord};
 
@@ -74,6 +90,11 @@ pub struct Config {
     pub fixed: FixedPoint,
     /// The local matrix kernel.
     pub kernel: Arc<dyn MatmulKernel>,
+    /// Local work one poll of the protocol may do before [`Session::poll_output`] returns
+    /// [`Output::Yielded`], in work units (one unit is one 64-bit multiply-add of the
+    /// matrix kernel; see the [module docs](self), "Cooperative scheduling"). Frames,
+    /// results and rounds do not depend on it; `u64::MAX` never yields for lack of budget.
+    pub work_budget: u64,
 }
 
 impl core::fmt::Debug for Config {
@@ -83,6 +104,7 @@ impl core::fmt::Debug for Config {
             .field("max_frame_len", &self.max_frame_len)
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("fixed", &self.fixed)
+            .field("work_budget", &self.work_budget)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +114,9 @@ impl Config {
     pub const DEFAULT_MAX_FRAME_LEN: usize = 4 << 20;
     /// Default receive buffer limit: 16 GiB on 64-bit hosts, 1 GiB otherwise.
     pub const DEFAULT_MAX_BUFFERED: usize = if usize::BITS >= 64 { 1 << 34 } else { 1 << 30 };
+    /// Default work budget: 2^24 work units (about 16.8 million multiply-adds), a few
+    /// milliseconds of the SIMD kernels on a current x86-64 core.
+    pub const DEFAULT_WORK_BUDGET: u64 = 1 << 24;
 
     /// Defaults for session `session_id`.
     pub fn new(session_id: u64) -> Config {
@@ -101,6 +126,7 @@ impl Config {
             max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED,
             fixed: FixedPoint::default(),
             kernel: Arc::new(DetectedKernel::new()),
+            work_budget: Self::DEFAULT_WORK_BUDGET,
         }
     }
 }
@@ -613,6 +639,7 @@ impl<T: 'static> Session<T> {
                             keys,
                             kernel: self.cfg.kernel.clone(),
                             fixed: self.cfg.fixed,
+                            budget: Budget::new(self.cfg.work_budget),
                         });
                         zeroize::Zeroize::zeroize(&mut self.own_seed);
                         zeroize::Zeroize::zeroize(&mut self.private_key);
@@ -701,13 +728,18 @@ impl<T: 'static> Session<T> {
     /// Seals the records queued in this epoch into frames for both live peers; the last
     /// frame to each peer carries END (and ACTIVE, and FINISHED when `finished`).
     fn seal(&mut self, finished: bool) {
-        let (queues, payload) = {
+        let (mut queues, payload) = {
             let mut mb = self.mailbox.lock();
             (
                 core::mem::take(&mut mb.outbound),
                 core::mem::take(&mut mb.payload_queued),
             )
         };
+        // Tasks joined in one epoch queue their records in an order that depends on where
+        // they yielded; tags (unique in an epoch) give an order that does not.
+        for q in &mut queues {
+            q.sort_unstable_by_key(|r| r.tag);
+        }
         self.active = queues.iter().any(|q| !q.is_empty());
         let mut flags = wire::FLAG_END;
         if self.active {
