@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use puma_core::engine::{Config, Ctx, Input, Output, Session};
@@ -126,10 +127,10 @@ pub async fn block(ctx: &mut Ctx, w: &SharedWeights) -> Result<Vec<u64>, Error> 
     proto::reveal_all(ctx, &y).await
 }
 
-/// What one run of the block under a work budget did.
-pub struct Run {
-    /// Each party's revealed output.
-    pub outputs: [Vec<u64>; 3],
+/// What one run under a work budget did.
+pub struct Run<T> {
+    /// Each party's output.
+    pub outputs: [T; 3],
     /// Every frame sent, as (from, to, bytes), in the order each link carried them.
     pub frames: [[Vec<Vec<u8>>; 3]; 3],
     /// Each party's rounds.
@@ -151,24 +152,34 @@ pub struct Run {
     pub total: Duration,
 }
 
-/// Runs [`block`] on `w` with `work_budget`, driving the three sessions in this thread:
-/// each session runs until it waits, finishes or yields, then the host delivers the frames
-/// it sent and moves to the next one.
-pub fn run(w: &Weights, work_budget: u64) -> Result<Run, Error> {
+/// Runs [`block`] on `w` with `work_budget` (see [`drive`]).
+pub fn run(w: &Weights, work_budget: u64) -> Result<Run<Vec<u64>>, Error> {
+    drive(work_budget, |p| {
+        let w = SharedWeights::new(p, w);
+        move |mut ctx| async move { block(&mut ctx, &w).await }
+    })
+}
+
+/// Runs `protocol(p)` at each party `p` with `work_budget`, driving the three sessions in
+/// this thread: each session runs until it waits, finishes or yields, then the host
+/// delivers the frames it sent and moves to the next one.
+pub fn drive<T, P, F, Fut>(work_budget: u64, mut protocol: P) -> Result<Run<T>, Error>
+where
+    T: 'static,
+    P: FnMut(PartyId) -> F,
+    F: FnOnce(Ctx) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, Error>> + Send + 'static,
+{
     let mut cfg = Config::new(0x0079_6965_6c64);
     cfg.work_budget = work_budget;
-    let mut sessions: Vec<Option<Session<Vec<u64>>>> = PartyId::ALL
+    let mut sessions: Vec<Option<Session<T>>> = PartyId::ALL
         .into_iter()
         .map(|p| {
-            let w = SharedWeights::new(p, w);
             let entropy = [p.index() as u8 + 1; 32];
-            Session::new(cfg.clone(), p, entropy, move |mut ctx| async move {
-                block(&mut ctx, &w).await
-            })
-            .map(Some)
+            Session::new(cfg.clone(), p, entropy, protocol(p)).map(Some)
         })
         .collect::<Result<_, _>>()?;
-    let mut outputs: [Option<Vec<u64>>; 3] = Default::default();
+    let mut outputs: [Option<T>; 3] = Default::default();
     let mut rounds = [0u32; 3];
     let mut frames: [[Vec<Vec<u8>>; 3]; 3] = Default::default();
     let (mut yields, mut polls, mut longest_poll) = (0u64, 0u64, Duration::ZERO);
