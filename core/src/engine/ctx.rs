@@ -240,12 +240,21 @@ impl Ctx {
         let k = self.received[idx];
         self.received[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, k);
-        // Work that could not yield (draws, element-wise loops) is paid for here, before
-        // the task may wait.
-        self.spend(0).await;
-        poll_fn(|_cx| match self.shared.mailbox.lock().take(from, tag) {
-            Some(b) => Poll::Ready(b),
-            None => Poll::Pending,
+        // The task goes on past a receive only while the poll has budget left: work that
+        // could not yield (draws, element-wise loops) is paid for here, and once one task of
+        // a join has used the budget, the others stop here instead of starting their own
+        // stretch of local work in the same poll.
+        let shared = &self.shared;
+        let mut got: Option<Vec<u8>> = None;
+        poll_fn(|_cx| {
+            let mut mb = shared.mailbox.lock();
+            if got.is_none() {
+                got = mb.take(from, tag);
+            }
+            if got.is_none() || !shared.budget.admit(&mut mb, 0) {
+                return Poll::Pending;
+            }
+            got.take().map_or(Poll::Pending, Poll::Ready)
         })
         .await
     }

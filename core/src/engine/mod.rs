@@ -36,8 +36,10 @@
 //! responsive. Work is counted in work units: one unit is one 64-bit multiply-add of the
 //! matrix kernel; a word drawn from a PRSS stream counts 64 and an element packed into or
 //! out of a record 16. Long loops (the local matrix products of [`crate::proto::matmul`] and its
-//! variants) are cut into blocks and call [`Ctx::spend`] before each block; work that
-//! cannot be cut (a PRSS draw) is paid for at the task's next receive. When a poll has used
+//! variants) are cut into blocks and call [`Ctx::spend`] before each block; work between
+//! two awaits that cannot be cut (a PRSS draw, an element-wise loop) is counted, and a task
+//! goes on past a receive only while the poll has budget left, so joined tasks run their
+//! stretches of local work in separate polls once the budget is used. When a poll has used
 //! its budget the session returns [`Output::Yielded`] and continues on the next call of
 //! [`Session::poll_output`]. Yielding only interleaves local work within an epoch: every
 //! frame (records are sealed in tag order, not in the order tasks queued them), every
