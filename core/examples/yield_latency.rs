@@ -5,6 +5,11 @@
 //! ```text
 //! cargo run --release -p puma-core --example yield_latency
 //! ```
+//!
+//! "longest" is wall time (it includes time the OS ran something else); "of CPU" is the
+//! longest poll in this thread's CPU time from `/proc/thread-self/schedstat` (Linux only;
+//! some kernels update it only at scheduler ticks, e.g. every 4 ms). "slowest polls" says
+//! where the longest polls were, by the rounds the party had completed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 #[path = "../tests/yield_block/mod.rs"]

@@ -116,8 +116,11 @@ impl Config {
     pub const DEFAULT_MAX_FRAME_LEN: usize = 4 << 20;
     /// Default receive buffer limit: 16 GiB on 64-bit hosts, 1 GiB otherwise.
     pub const DEFAULT_MAX_BUFFERED: usize = if usize::BITS >= 64 { 1 << 34 } else { 1 << 30 };
-    /// Default work budget: 2^24 work units (about 16.8 million multiply-adds), a few
-    /// milliseconds of the SIMD kernels on a current x86-64 core.
+    /// Default work budget: 2^24 work units (about 16.8 million multiply-adds): 1 to 3 ms
+    /// of the AVX-512 kernel on a shared x86-64 server core, well below the longest local
+    /// stretches between two receives that protocols do not split yet (tens of ms for a
+    /// GPT-2 base block's GELU at 32 rows; `cargo run --release -p puma-core --example
+    /// yield_latency` measures them).
     pub const DEFAULT_WORK_BUDGET: u64 = 1 << 24;
 
     /// Defaults for session `session_id`.
