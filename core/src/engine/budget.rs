@@ -4,7 +4,8 @@
 //! Work is counted in work units: one unit is one 64-bit multiply-add of the local matrix
 //! kernel. Other local work is converted at the fixed rates below, measured against the
 //! AVX-512 kernel on an x86-64 server core (about 0.05 ns per multiply-add, 3.7 ns per
-//! ChaCha12 word, 0.5 to 1 ns per packed element); they only need to be right within a small factor.
+//! ChaCha12 word, 0.5 to 1 ns per packed element); they need only be right within a small
+//! factor.
 
 use spin::Mutex;
 

@@ -31,20 +31,21 @@
 //! apart.
 //!
 //! # Cooperative scheduling
-//! A session never runs long local work in one go: [`Config::work_budget`] bounds the work
-//! of one poll of the protocol, so that a host running many sessions on one thread stays
-//! responsive. Work is counted in work units: one unit is one 64-bit multiply-add of the
-//! matrix kernel; a word drawn from a PRSS stream counts 64 and an element packed into or
-//! out of a record 16. Long loops (the local matrix products of [`crate::proto::matmul`] and its
-//! variants) are cut into blocks and call [`Ctx::spend`] before each block; work between
-//! two awaits that cannot be cut (a PRSS draw, an element-wise loop) is counted, and a task
-//! goes on past a receive only while the poll has budget left, so joined tasks run their
-//! stretches of local work in separate polls once the budget is used. When a poll has used
-//! its budget the session returns [`Output::Yielded`] and continues on the next call of
-//! [`Session::poll_output`]. Yielding only interleaves local work within an epoch: every
-//! frame (records are sealed in tag order, not in the order tasks queued them), every
-//! result and every round count are the same for any budget. A single block may exceed a
-//! tiny budget: each poll admits its first block whatever its size.
+//! [`Config::work_budget`] bounds the local work of one poll of the protocol, so that a host
+//! running many sessions on one thread stays responsive. Work is counted in work units: one
+//! unit is one 64-bit multiply-add of the matrix kernel; a word drawn from a PRSS stream
+//! counts 64 and an element packed into or out of a record 16. Long loops (the local
+//! products of [`crate::proto::matmul`] and its variants) are cut into blocks and call
+//! [`Ctx::spend`] before each block. Other work between two awaits (a PRSS draw, an
+//! element-wise loop) runs in one go but is counted, and a task goes on past a receive only
+//! while the poll has budget left, so that joined tasks run their stretches in separate
+//! polls once the budget is used. When a poll has used its budget, the session returns
+//! [`Output::Yielded`] and continues on the next call of [`Session::poll_output`].
+//!
+//! Yielding only interleaves local work within an epoch: every frame (records are sealed in
+//! tag order, not in the order tasks queued them), every result and every round count are
+//! the same for any budget. Each poll admits its first block whatever its size, so a tiny
+//! budget is exceeded rather than stalling.
 
 pub(crate) mod budget;
 pub(crate) mod ctx;
