@@ -9,6 +9,7 @@ use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 use spin::Mutex;
 
+use crate::engine::budget::{self, Budget};
 use crate::engine::mailbox::{Mailbox, OutRecord};
 use crate::error::Error;
 use crate::fixed::FixedPoint;
@@ -26,6 +27,7 @@ pub(crate) struct Shared {
     pub(crate) keys: PartyKeys,
     pub(crate) kernel: Arc<dyn MatmulKernel>,
     pub(crate) fixed: FixedPoint,
+    pub(crate) budget: Budget,
 }
 
 const DOMAIN_FORK: u64 = 0x666f_726b;
@@ -172,6 +174,7 @@ impl Ctx {
         let n = self.sent[idx];
         self.sent[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, n);
+        self.charge_wire(values.len());
         let mut bytes = Vec::new();
         wire::pack(values, width, &mut bytes);
         self.queue(idx, tag, bytes);
@@ -197,6 +200,7 @@ impl Ctx {
         let n = self.sent[idx];
         self.sent[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, n);
+        self.charge_wire(len / 8);
         let mut bytes = Vec::with_capacity(len);
         for p in parts {
             wire::pack(p, Width::W64, &mut bytes);
@@ -226,6 +230,7 @@ impl Ctx {
             return Err(Error::misuse("a party cannot receive from itself"));
         }
         let bytes = self.recv_bytes(from).await;
+        self.charge_wire(n);
         wire::unpack(&bytes, n, width, from)
     }
 
@@ -235,10 +240,21 @@ impl Ctx {
         let k = self.received[idx];
         self.received[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, k);
-        let mailbox = self.shared.mailbox.clone();
-        poll_fn(|_cx| match mailbox.lock().take(from, tag) {
-            Some(b) => Poll::Ready(b),
-            None => Poll::Pending,
+        // The task goes on past a receive only while the poll has budget left: work that
+        // could not yield (draws, element-wise loops) is paid for here, and once one task of
+        // a join has used the budget, the others stop here instead of starting their own
+        // stretch of local work in the same poll.
+        let shared = &self.shared;
+        let mut got: Option<Vec<u8>> = None;
+        poll_fn(|_cx| {
+            let mut mb = shared.mailbox.lock();
+            if got.is_none() {
+                got = mb.take(from, tag);
+            }
+            if got.is_none() || !shared.budget.admit(&mut mb, 0) {
+                return Poll::Pending;
+            }
+            got.take().map_or(Poll::Pending, Poll::Ready)
         })
         .await
     }
@@ -263,6 +279,7 @@ impl Ctx {
             .try_fold(0usize, |acc, n| acc.checked_add(*n))
             .ok_or(Error::protocol(from, "record length overflows"))?;
         let bytes = self.recv_bytes(from).await;
+        self.charge_wire(total);
         let expected = Width::W64
             .packed_len(total)
             .ok_or(Error::protocol(from, "record length overflows"))?;
@@ -300,20 +317,62 @@ impl Ctx {
         self.recv(from, n, width).await
     }
 
-    /// Lets the host run (`Output::Yielded`) before continuing long local work.
+    /// Lets the host run (`Output::Yielded`) before continuing, whatever the budget.
     pub async fn yield_now(&mut self) {
-        let mailbox = self.shared.mailbox.clone();
         let mut yielded = false;
         poll_fn(|_cx| {
             if yielded {
                 Poll::Ready(())
             } else {
                 yielded = true;
-                mailbox.lock().yield_requested = true;
+                let mut mb = self.shared.mailbox.lock();
+                self.shared.budget.note_yield(&mut mb);
                 Poll::Pending
             }
         })
         .await;
+    }
+
+    /// Accounts for `work` units of local work the caller is about to do (see the
+    /// [engine docs](crate::engine), "Cooperative scheduling"): first lets the host run
+    /// (`Output::Yielded`) if this poll of the session has used its work budget.
+    ///
+    /// Long local loops call it once per block of work, with blocks of at most about
+    /// [`Ctx::work_budget`] units. Yielding only interleaves local work: messages, results
+    /// and rounds are the same whatever the budget.
+    pub async fn spend(&self, work: u64) {
+        poll_fn(|_cx| {
+            let mut mb = self.shared.mailbox.lock();
+            if self.shared.budget.admit(&mut mb, work) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// The session's work budget: work units one poll may do before it yields
+    /// ([`Config::work_budget`](crate::engine::Config::work_budget)).
+    pub fn work_budget(&self) -> u64 {
+        self.shared.budget.limit()
+    }
+
+    /// Accounts for `work` units of local work already done that could not yield; the
+    /// next [`Ctx::spend`] or receive pays for it.
+    fn charge(&self, work: u64) {
+        let mb = self.shared.mailbox.lock();
+        self.shared.budget.charge(&mb, work);
+    }
+
+    /// Accounts for packing or unpacking `n` elements of a record.
+    fn charge_wire(&self, n: usize) {
+        self.charge((n as u64).saturating_mul(budget::WIRE_ELEMENT));
+    }
+
+    /// Accounts for a draw of `n` PRSS words.
+    fn charge_draw(&self, n: usize) {
+        self.charge((n as u64).saturating_mul(budget::PRSS_WORD));
     }
 
     fn next_draw(&mut self) -> u64 {
@@ -326,18 +385,21 @@ impl Ctx {
     /// parties' outputs sum to zero). Every party must call it at the same point.
     pub fn zero_share(&mut self, n: usize) -> Vec<u64> {
         let t = self.next_draw();
+        self.charge_draw(n.saturating_mul(2));
         self.shared.keys.zero_share(t, n)
     }
 
     /// This party's share of a boolean zero sharing (the three outputs XOR to zero).
     pub fn zero_share_xor(&mut self, n: usize) -> Vec<u64> {
         let t = self.next_draw();
+        self.charge_draw(n.saturating_mul(2));
         self.shared.keys.zero_share_xor(t, n)
     }
 
     /// A replicated sharing of `n` uniformly random values that no party knows.
     pub fn random_shares(&mut self, n: usize) -> Shares {
         let t = self.next_draw();
+        self.charge_draw(n.saturating_mul(2));
         let (a, b) = self.shared.keys.random_pair(t, n);
         Shares::from_parts(self.me(), a, b)
     }
@@ -350,6 +412,7 @@ impl Ctx {
     pub fn pair_random(&mut self, j: PartyId, n: usize) -> Result<Option<Vec<u64>>, Error> {
         let t = self.next_draw();
         if self.shared.keys.key(j).is_some() {
+            self.charge_draw(n);
             Ok(Some(self.shared.keys.component(j, t, n)?))
         } else {
             Ok(None)
@@ -370,6 +433,7 @@ impl Ctx {
         let Some(key) = self.shared.keys.key(j) else {
             return Ok(None);
         };
+        self.charge_draw(sizes.iter().fold(0, |acc, &n| acc.saturating_add(n)));
         // The stream of `prss::fill(key, t, ..)`, continued from piece to piece.
         let mut rng = ChaCha12Rng::from_seed(*key);
         rng.set_stream(t);
@@ -386,6 +450,7 @@ impl Ctx {
     pub fn private_random(&mut self, n: usize) -> Vec<u64> {
         let t = derive(self.path, DOMAIN_PRIVATE, self.private_draws);
         self.private_draws += 1;
+        self.charge_draw(n);
         self.shared.keys.private(t, n)
     }
 }

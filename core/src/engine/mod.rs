@@ -29,7 +29,25 @@
 //! sent anything while some party still waits is a deadlock (peers disagree about the
 //! protocol): every party fails at once with a protocol error. The setup round is counted
 //! apart.
+//!
+//! # Cooperative scheduling
+//! [`Config::work_budget`] bounds the local work of one poll of the protocol, so that a host
+//! running many sessions on one thread stays responsive. Work is counted in work units: one
+//! unit is one 64-bit multiply-add of the matrix kernel; a word drawn from a PRSS stream
+//! counts 64 and an element packed into or out of a record 16. Long loops (the local
+//! products of [`crate::proto::matmul`] and its variants) are cut into blocks and call
+//! [`Ctx::spend`] before each block. Other work between two awaits (a PRSS draw, an
+//! element-wise loop) runs in one go but is counted, and a task goes on past a receive only
+//! while the poll has budget left, so that joined tasks run their stretches in separate
+//! polls once the budget is used. When a poll has used its budget, the session returns
+//! [`Output::Yielded`] and continues on the next call of [`Session::poll_output`].
+//!
+//! Yielding only interleaves local work within an epoch: every frame (records are sealed in
+//! tag order, not in the order tasks queued them), every result and every round count are
+//! the same for any budget. Each poll admits its first block whatever its size, so a tiny
+//! budget is exceeded rather than stalling.
 
+pub(crate) mod budget;
 pub(crate) mod ctx;
 pub(crate) mod join;
 pub(crate) mod mailbox;
@@ -58,6 +76,7 @@ use crate::wire::{
     self, CHUNK_HEADER_LEN, FRAME_HEADER_LEN, Frame, FrameHeader, FrameKind, MIN_FRAME_LEN, Reader,
     SEED_LEN,
 };
+use budget::Budget;
 use ctx::Shared;
 use mailbox::{Chunk, Mailbox, OutRecord};
 
@@ -74,6 +93,11 @@ pub struct Config {
     pub fixed: FixedPoint,
     /// The local matrix kernel.
     pub kernel: Arc<dyn MatmulKernel>,
+    /// Local work one poll of the protocol may do before [`Session::poll_output`] returns
+    /// [`Output::Yielded`], in work units (one unit is one 64-bit multiply-add of the
+    /// matrix kernel; see the [module docs](self), "Cooperative scheduling"). Frames,
+    /// results and rounds do not depend on it; `u64::MAX` never yields for lack of budget.
+    pub work_budget: u64,
 }
 
 impl core::fmt::Debug for Config {
@@ -83,6 +107,7 @@ impl core::fmt::Debug for Config {
             .field("max_frame_len", &self.max_frame_len)
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("fixed", &self.fixed)
+            .field("work_budget", &self.work_budget)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +117,12 @@ impl Config {
     pub const DEFAULT_MAX_FRAME_LEN: usize = 4 << 20;
     /// Default receive buffer limit: 16 GiB on 64-bit hosts, 1 GiB otherwise.
     pub const DEFAULT_MAX_BUFFERED: usize = if usize::BITS >= 64 { 1 << 34 } else { 1 << 30 };
+    /// Default work budget: 2^24 work units (about 16.8 million multiply-adds): 1 to 3 ms
+    /// of the AVX-512 kernel on a shared x86-64 server core, well below the longest local
+    /// stretches between two receives that protocols do not split yet (tens of ms for a
+    /// GPT-2 base block's GELU at 32 rows; `cargo run --release -p puma-core --example
+    /// yield_latency` measures them).
+    pub const DEFAULT_WORK_BUDGET: u64 = 1 << 24;
 
     /// Defaults for session `session_id`.
     pub fn new(session_id: u64) -> Config {
@@ -101,6 +132,7 @@ impl Config {
             max_buffered_bytes: Self::DEFAULT_MAX_BUFFERED,
             fixed: FixedPoint::default(),
             kernel: Arc::new(DetectedKernel::new()),
+            work_budget: Self::DEFAULT_WORK_BUDGET,
         }
     }
 }
@@ -613,6 +645,7 @@ impl<T: 'static> Session<T> {
                             keys,
                             kernel: self.cfg.kernel.clone(),
                             fixed: self.cfg.fixed,
+                            budget: Budget::new(self.cfg.work_budget),
                         });
                         zeroize::Zeroize::zeroize(&mut self.own_seed);
                         zeroize::Zeroize::zeroize(&mut self.private_key);
@@ -701,13 +734,18 @@ impl<T: 'static> Session<T> {
     /// Seals the records queued in this epoch into frames for both live peers; the last
     /// frame to each peer carries END (and ACTIVE, and FINISHED when `finished`).
     fn seal(&mut self, finished: bool) {
-        let (queues, payload) = {
+        let (mut queues, payload) = {
             let mut mb = self.mailbox.lock();
             (
                 core::mem::take(&mut mb.outbound),
                 core::mem::take(&mut mb.payload_queued),
             )
         };
+        // Tasks joined in one epoch queue their records in an order that depends on where
+        // they yielded; tags (unique in an epoch) give an order that does not.
+        for q in &mut queues {
+            q.sort_unstable_by_key(|r| r.tag);
+        }
         self.active = queues.iter().any(|q| !q.is_empty());
         let mut flags = wire::FLAG_END;
         if self.active {

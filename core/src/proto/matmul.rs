@@ -63,7 +63,7 @@ pub async fn matmul_batch_fixed(
     dims: (usize, usize, usize),
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let z = batch_terms(ctx, x, y, batch, dims)?;
+    let z = batch_terms(ctx, x, y, batch, dims).await?;
     reshare_trunc(ctx, z, f).await
 }
 
@@ -83,13 +83,17 @@ pub async fn matmul_batch(
     batch: usize,
     (m, k, n): (usize, usize, usize),
 ) -> Result<Shares, Error> {
-    let z = batch_terms(ctx, x, y, batch, (m, k, n))?;
+    let z = batch_terms(ctx, x, y, batch, (m, k, n)).await?;
     let mut ctx = ctx.fork();
     reshare(&mut ctx, z).await
 }
 
 /// This party's 3-of-3 parts of a batch of matrix products.
-fn batch_terms(
+///
+/// Each product is computed in blocks that fit the session's work budget (see
+/// [`block_shape`]), with [`Ctx::spend`] before each block; the sums are the same for any
+/// blocking (ring addition is exact).
+async fn batch_terms(
     ctx: &Ctx,
     x: &Shares,
     y: &Shares,
@@ -111,8 +115,9 @@ fn batch_terms(
         ));
     }
     let mut z = vec![0u64; mn * batch];
-    let kernel = ctx.kernel();
     let (mk, kn) = (m * k, k * n);
+    let budget = usize::try_from(ctx.work_budget()).unwrap_or(usize::MAX);
+    let (rows, cols) = block_shape(budget, (m, k, n));
     for b in 0..batch {
         let xa = x
             .a()
@@ -135,15 +140,128 @@ fn batch_terms(
             .ok_or(Error::bug("batch out of range"))?;
         // x_a·y_a + x_a·y_b + x_b·y_a with one sum of halves: of the smaller operand, so
         // that a weight matrix (e.g. the 50257-row embedding) is never copied.
-        if mk <= kn {
-            let x_sum: Vec<u64> = xa.iter().zip(xb).map(|(a, b)| a.wrapping_add(*b)).collect();
-            kernel.matmul_acc(&x_sum, ya, zb, m, k, n);
-            kernel.matmul_acc(xa, yb, zb, m, k, n);
+        let sum_x = mk <= kn;
+        let y_sum: Vec<u64> = if sum_x {
+            Vec::new()
         } else {
-            let y_sum: Vec<u64> = ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect();
-            kernel.matmul_acc(xa, &y_sum, zb, m, k, n);
-            kernel.matmul_acc(xb, ya, zb, m, k, n);
+            ctx.spend(kn as u64).await;
+            ya.iter().zip(yb).map(|(a, b)| a.wrapping_add(*b)).collect()
+        };
+        let mut x_sum: Vec<u64> = Vec::new();
+        let mut band: Vec<u64> = Vec::new();
+        for r0 in (0..m).step_by(rows) {
+            let h = rows.min(m - r0);
+            let xr = r0 * k..(r0 + h) * k;
+            let (Some(xa), Some(xb), Some(zr)) = (
+                xa.get(xr.clone()),
+                xb.get(xr),
+                zb.get_mut(r0 * n..(r0 + h) * n),
+            ) else {
+                return Err(Error::bug("row block out of range"));
+            };
+            if sum_x {
+                ctx.spend((h * k) as u64).await;
+                x_sum.clear();
+                x_sum.extend(xa.iter().zip(xb).map(|(a, b)| a.wrapping_add(*b)));
+            }
+            // The two products: (x_a + x_b)·y_a + x_a·y_b, or x_a·(y_a + y_b) + x_b·y_a.
+            let terms: [(&[u64], &[u64]); 2] = if sum_x {
+                [(&x_sum, ya), (xa, yb)]
+            } else {
+                [(xa, &y_sum), (xb, ya)]
+            };
+            for c0 in (0..n).step_by(cols) {
+                let w = cols.min(n - c0);
+                ctx.spend(2 * (h * k * w) as u64).await;
+                let kernel = ctx.kernel();
+                if w == n {
+                    for (a, bm) in terms {
+                        kernel.matmul_acc(a, bm, zr, h, k, n);
+                    }
+                } else {
+                    // A column band: the kernels read it from B in place, into a buffer
+                    // added into Z's rows.
+                    band.clear();
+                    band.resize(h * w, 0);
+                    for (a, bm) in terms {
+                        kernel.matmul_acc_cols(a, bm, &mut band, h, k, n, c0..c0 + w);
+                    }
+                    for (z_row, band_row) in zr.chunks_exact_mut(n).zip(band.chunks_exact(w)) {
+                        for (zv, bv) in z_row.iter_mut().skip(c0).zip(band_row) {
+                            *zv = zv.wrapping_add(*bv);
+                        }
+                    }
+                }
+            }
         }
     }
     Ok(z)
+}
+
+/// Rows of a block at the least when not all rows fit, and the multiple row counts are
+/// rounded to (whole register tiles of the SIMD kernels).
+const MIN_BLOCK_ROWS: usize = 8;
+
+/// Columns of a column band at the least, and the multiple band widths are rounded to
+/// (whole SIMD tiles).
+const BAND_COLS: usize = 64;
+
+/// The block shape `(rows, cols)` of an `m×k` by `k×n` product (two kernel calls per block,
+/// `2·rows·k·cols` multiply-adds) under a budget of `budget` multiply-adds per block.
+///
+/// The whole product if it fits. Else column bands of all rows, narrower bands of more
+/// rows being faster than wider ones of fewer (the kernels pack and reread B once per
+/// block: measured 1.2–1.8× slower for full-width blocks of 14 rows than for the whole
+/// 512×768×768 product, about as fast for bands of 64 columns and 170 rows); rows are cut
+/// only when a band of `BAND_COLS` columns of all rows does not fit. A block is never
+/// smaller than `min(m, MIN_BLOCK_ROWS)` rows by `min(n, BAND_COLS)` columns, so the
+/// kernels keep their speed: a tiny budget is exceeded.
+fn block_shape(budget: usize, (m, k, n): (usize, usize, usize)) -> (usize, usize) {
+    let (m1, n1) = (m.max(1), n.max(1));
+    let per_cell = k.saturating_mul(2).max(1);
+    if per_cell.saturating_mul(m).saturating_mul(n) <= budget {
+        return (m1, n1);
+    }
+    let band = BAND_COLS.min(n1);
+    let mut rows = budget / per_cell.saturating_mul(band);
+    if rows < m1 {
+        rows = (rows / MIN_BLOCK_ROWS * MIN_BLOCK_ROWS).max(MIN_BLOCK_ROWS);
+    }
+    let rows = rows.min(m1);
+    let cols = budget / per_cell.saturating_mul(rows) / BAND_COLS * BAND_COLS;
+    (rows, cols.max(band).min(n1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_products_are_one_block() {
+        assert_eq!(block_shape(1 << 24, (32, 768, 64)), (32, 64));
+        assert_eq!(block_shape(usize::MAX, (32, 768, 50257)), (32, 50257));
+    }
+
+    #[test]
+    fn short_wide_products_are_cut_into_column_bands() {
+        // The LM head: 32 rows of 2·768 multiply-adds per column: 341 columns fit 2^24.
+        assert_eq!(block_shape(1 << 24, (32, 768, 50257)), (32, 320));
+        // The MLP's down projection at 32 rows.
+        assert_eq!(block_shape(1 << 24, (32, 3072, 768)), (32, 64));
+    }
+
+    #[test]
+    fn tall_products_are_cut_into_rows_and_bands() {
+        // 2·768·64 multiply-adds per row of a 64-column band: 170 rows fit 2^24.
+        assert_eq!(block_shape(1 << 24, (512, 768, 768)), (168, 64));
+        // Narrower than a band: blocks of whole rows.
+        assert_eq!(block_shape(1 << 24, (4096, 32000, 32)), (8, 32));
+    }
+
+    #[test]
+    fn tiny_budgets_keep_blocks_of_useful_size() {
+        assert_eq!(block_shape(1, (32, 768, 2304)), (8, 64));
+        assert_eq!(block_shape(1, (3, 768, 20)), (3, 20));
+        assert_eq!(block_shape(1, (0, 0, 0)), (1, 1));
+    }
 }
