@@ -48,7 +48,11 @@ pub const FLAG_END: u16 = 1;
 pub const FLAG_ACTIVE: u16 = 2;
 /// Flag: the sender's protocol finished in this epoch; it sends nothing more.
 pub const FLAG_FINISHED: u16 = 4;
-const KNOWN_FLAGS: u16 = FLAG_END | FLAG_ACTIVE | FLAG_FINISHED;
+/// Flag: the sender ended this epoch because its protocol now waits for its host (the
+/// end of a step of a long-running session), not for a peer: an epoch in which no party
+/// sent anything is then no deadlock.
+pub const FLAG_IDLE: u16 = 8;
+const KNOWN_FLAGS: u16 = FLAG_END | FLAG_ACTIVE | FLAG_FINISHED | FLAG_IDLE;
 
 /// Bytes of a setup frame body: the sender's fresh pairwise seed.
 pub(crate) const SEED_LEN: usize = 32;

@@ -316,6 +316,33 @@ impl Ctx {
         .await;
     }
 
+    /// Waits until `ready` returns a value, for input that comes from this party's host
+    /// (e.g. the next operation of a long-running session), not from a peer.
+    ///
+    /// When every task of the session waits here, the session is idle (see the engine's
+    /// module docs, "Idle sessions"): on the first wait the party ends its epoch, marked
+    /// IDLE, so that what the protocol did so far completes at the peers without any more
+    /// of this party's host; then it holds the next epoch open, without ending it for
+    /// nothing, and [`Session::poll_output`] returns `Pending { waiting_for: None }` until
+    /// the host has provided the input and polls again.
+    ///
+    /// [`Session::poll_output`]: crate::Session::poll_output
+    pub async fn wait_for_host<R>(&self, mut ready: impl FnMut() -> Option<R>) -> R {
+        let mailbox = self.shared.mailbox.clone();
+        let mut began = false;
+        poll_fn(|_cx| match ready() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                let mut mb = mailbox.lock();
+                mb.host_wait = true;
+                mb.host_wait_began |= !began;
+                began = true;
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
     fn next_draw(&mut self) -> u64 {
         let n = self.draws;
         self.draws += 1;

@@ -29,6 +29,25 @@
 //! sent anything while some party still waits is a deadlock (peers disagree about the
 //! protocol): every party fails at once with a protocol error. The setup round is counted
 //! apart.
+//!
+//! # Idle sessions
+//! A long-running protocol may wait for its host rather than for a peer
+//! ([`Ctx::wait_for_host`], e.g. a session that runs the operations its host starts one
+//! after the other). When every task waits so, the session is idle:
+//! - when the wait begins, the party ends its epoch, marked IDLE (with ACTIVE if it queued
+//!   records), so that the step it just finished completes at its peers without any more
+//!   input from its host. An epoch whose END frames carry no ACTIVE but some IDLE flag is
+//!   not a deadlock (and not a round); there is one such END per step, so idle parties
+//!   never exchange empty epochs forever;
+//! - afterwards it holds its next epoch open: it ends it only once a peer's ACTIVE END
+//!   frame of that epoch shows that the peers exchange data and need it (or once the host
+//!   starts the next step, which then runs in it). `poll_output` returns
+//!   `Pending { waiting_for: None }`; the host polls again after giving the protocol its
+//!   input or handing in a frame. Frames of faster peers are buffered as usual (within
+//!   [`Config::max_buffered_bytes`]).
+//!
+//! The epoch in which the next step starts then depends on when the host starts it, as any
+//! host input does; records are matched by tag, so the results do not.
 
 pub(crate) mod ctx;
 pub(crate) mod join;
@@ -147,7 +166,9 @@ pub enum Output<T> {
     Transmit(Transmit),
     /// Long local work was split; call `poll_output` again.
     Yielded,
-    /// Nothing to do until a frame arrives (from `waiting_for`, if known).
+    /// Nothing to do until a frame arrives (from `waiting_for`, if known), or, for an idle
+    /// session (`waiting_for: None`, see the module docs), until the host gives the
+    /// protocol the input it waits for.
     Pending {
         /// The first peer whose data is missing.
         waiting_for: Option<PartyId>,
@@ -220,6 +241,8 @@ struct PeerProgress {
     /// ACTIVE flags of the END frames of epochs `ended - 1` and `ended`
     /// (a peer runs at most one epoch ahead).
     active: [bool; 2],
+    /// IDLE flags of the same END frames.
+    idle: [bool; 2],
 }
 
 impl PeerProgress {
@@ -230,10 +253,19 @@ impl PeerProgress {
 
     /// Whether the peer sent any record in `epoch` (which it has ended).
     fn was_active(&self, epoch: u32) -> bool {
-        if epoch == self.ended {
-            self.active[1]
-        } else if epoch + 1 == self.ended {
-            self.active[0]
+        Self::flag(&self.active, self.ended, epoch)
+    }
+
+    /// Whether the peer ended `epoch` because its protocol waits for its host.
+    fn was_idle(&self, epoch: u32) -> bool {
+        Self::flag(&self.idle, self.ended, epoch)
+    }
+
+    fn flag(flags: &[bool; 2], ended: u32, epoch: u32) -> bool {
+        if epoch == ended {
+            flags[1]
+        } else if epoch + 1 == ended {
+            flags[0]
         } else {
             false
         }
@@ -258,6 +290,8 @@ pub struct Session<T> {
     sealed: bool,
     /// Whether this party sent a record in the current epoch.
     active: bool,
+    /// Whether this party ended the current epoch as IDLE (module docs, "Idle sessions").
+    idle_end: bool,
     stats: Stats,
 }
 
@@ -324,6 +358,7 @@ impl<T: 'static> Session<T> {
             epoch: 0,
             sealed: false,
             active: false,
+            idle_end: false,
             stats: Stats::default(),
         };
         // Setup: each Pi sends its fresh seed to P_{i-1}.
@@ -526,6 +561,7 @@ impl<T: 'static> Session<T> {
                     let p = &mut self.peers[idx];
                     p.ended = h.epoch;
                     p.active = [p.active[1], h.flags & wire::FLAG_ACTIVE != 0];
+                    p.idle = [p.idle[1], h.flags & wire::FLAG_IDLE != 0];
                     if h.flags & wire::FLAG_FINISHED != 0 {
                         p.finished = Some(h.epoch);
                     }
@@ -548,6 +584,8 @@ impl<T: 'static> Session<T> {
         );
         if self.active || n.was_active(e) || p.was_active(e) {
             self.stats.rounds += 1;
+        } else if self.idle_end || n.was_idle(e) || p.was_idle(e) {
+            // A step ended somewhere with nothing left to send: no round, no deadlock.
         } else {
             let from = self.mailbox.lock().first_wanted().unwrap_or(self.me.next());
             return Err(Error::protocol(
@@ -558,6 +596,7 @@ impl<T: 'static> Session<T> {
         self.epoch += 1;
         self.sealed = false;
         self.active = false;
+        self.idle_end = false;
         self.mailbox.lock().visible = e;
         Ok(())
     }
@@ -632,6 +671,8 @@ impl<T: 'static> Session<T> {
                         let mut mb = self.mailbox.lock();
                         mb.wanted.clear();
                         mb.yield_requested = false;
+                        mb.host_wait = false;
+                        mb.host_wait_began = false;
                     }
                     let mut cx = Context::from_waker(Waker::noop());
                     match fut.as_mut().poll(&mut cx) {
@@ -650,13 +691,22 @@ impl<T: 'static> Session<T> {
                         }
                         Poll::Ready(Err(e)) => self.fail(e, None),
                         Poll::Pending => {
-                            let (yielded, any_wanted) = {
+                            let (yielded, any_wanted, host_wait, began) = {
                                 let mb = self.mailbox.lock();
-                                (mb.yield_requested, !mb.wanted.is_empty())
+                                let wait = (mb.host_wait, mb.host_wait_began);
+                                (mb.yield_requested, !mb.wanted.is_empty(), wait.0, wait.1)
                             };
                             self.phase = Phase::Running { fut };
                             if yielded {
                                 return Output::Yielded;
+                            }
+                            if host_wait && !any_wanted {
+                                match self.idle(began) {
+                                    Ok(true) => return Output::Pending { waiting_for: None },
+                                    Ok(false) => {}
+                                    Err(e) => self.fail(e, None),
+                                }
+                                continue;
                             }
                             if !any_wanted {
                                 self.fail(
@@ -674,6 +724,26 @@ impl<T: 'static> Session<T> {
                 }
             }
         }
+    }
+
+    /// Every task waits for the host (module docs, "Idle sessions"). Ends the epoch (as
+    /// IDLE when the wait `began` in this poll, else only if it carries data: records this
+    /// party queued or a peer's ACTIVE END of it) and returns `false`, or returns `true` to
+    /// stay idle with the epoch open.
+    fn idle(&mut self, began: bool) -> Result<bool, Error> {
+        let queued = self.mailbox.lock().outbound.iter().any(|q| !q.is_empty());
+        let e = self.epoch;
+        let peer_active = [self.me.next(), self.me.prev()].into_iter().any(|p| {
+            let peer = &self.peers[p.index()];
+            peer.ended >= e && peer.was_active(e)
+        });
+        if !began && !queued && !peer_active {
+            return Ok(true);
+        }
+        self.idle_end = began;
+        self.seal(false);
+        self.try_advance()?;
+        Ok(false)
     }
 
     /// A visible record that was never received means the peers disagree on the protocol.
@@ -712,6 +782,9 @@ impl<T: 'static> Session<T> {
         let mut flags = wire::FLAG_END;
         if self.active {
             flags |= wire::FLAG_ACTIVE;
+        }
+        if self.idle_end {
+            flags |= wire::FLAG_IDLE;
         }
         if finished {
             flags |= wire::FLAG_FINISHED;
