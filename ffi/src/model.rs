@@ -1,23 +1,46 @@
-//! GPT-2 over shared weights: the owner shares a checkpoint, then all parties run forward
-//! passes on a client's token ids.
+//! Whole models over shared weights: the owner shares a checkpoint within a session, then
+//! all parties run forward passes or generate tokens for a client, in the same session.
+//!
+//! The architecture is read from the checkpoint's `config.json` (`model_type`); GPT-2 is
+//! the one wired so far. Each architecture adds a variant to [`SharedModel`] and an arm to
+//! [`load`], [`share`] and [`generate_ids`].
 
 use std::ffi::{CStr, c_char};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use puma_core::PartyId;
-use puma_layers::gpt2::secure::{self, SecureSettings, SharedGpt2};
-use puma_layers::{Gpt2Config, load_gpt2};
+use puma_core::{Ctx, Error, PartyId};
+use puma_layers::gpt2::secure::{self, OutputMode, SecureSettings, SharedGpt2};
+use puma_layers::{Gpt2Config, Gpt2Weights, load_gpt2};
 
 use crate::error::{FfiError, entry, puma_status};
 use crate::handle::{self, Handle, Kind};
 use crate::session::{OpResult, party, puma_session};
 
-/// One party's shares of a GPT-2 model, from `puma_session_take_model`; freed with
+/// Architecture of `puma_model_info`: GPT-2 (`model_type` `"gpt2"`).
+pub const PUMA_ARCH_GPT2: u32 = 0;
+
+/// Output mode of `puma_session_start_generate`: the last position's logits of each step
+/// are revealed to the client, which picks the next id (greedy) and shares it.
+pub const PUMA_OUTPUT_REVEAL_LOGITS: u32 = 0;
+/// Output mode: the parties compute each step's argmax securely and reveal only the id to
+/// the client.
+pub const PUMA_OUTPUT_SECURE_ARGMAX: u32 = 1;
+/// Output mode: the generated ids stay shared until the end, when they are revealed to
+/// the client.
+pub const PUMA_OUTPUT_PRIVATE: u32 = 2;
+
+/// One party's shares of a model of some architecture.
+pub(crate) enum SharedModel {
+    /// GPT-2.
+    Gpt2(SharedGpt2),
+}
+
+/// One party's shares of a model, from `puma_session_take_model`; freed with
 /// `puma_model_free`.
 pub struct puma_model {
     party: PartyId,
-    shared: Arc<SharedGpt2>,
+    shared: Arc<SharedModel>,
 }
 
 impl Handle for puma_model {
@@ -27,12 +50,29 @@ impl Handle for puma_model {
 
 impl puma_model {
     /// The model `shared` of party `party`.
-    pub(crate) fn new(party: PartyId, shared: SharedGpt2) -> puma_model {
+    pub(crate) fn new(party: PartyId, shared: SharedModel) -> puma_model {
         puma_model {
             party,
             shared: Arc::new(shared),
         }
     }
+}
+
+/// The public description of a model, of any architecture.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct puma_model_info {
+    /// `PUMA_ARCH_GPT2`.
+    pub architecture: u32,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Longest input, in tokens (prompt and generated tokens together).
+    pub max_positions: usize,
+    /// Vocabulary size: the number of logits per position.
+    pub vocab_size: usize,
 }
 
 /// The public architecture of a GPT-2 model.
@@ -70,24 +110,106 @@ unsafe fn path<'a>(p: *const c_char) -> Result<&'a Path, FfiError> {
         .map_err(|_| FfiError::invalid("`path` is not UTF-8"))
 }
 
-/// Starts sharing a GPT-2 model held by party `owner`. At the owner, `path` is a Hugging
+/// What a party loaded to share a model: the public config, and the weights at the owner.
+enum Loaded {
+    Gpt2(Gpt2Config, Option<Gpt2Weights>),
+}
+
+/// The `config.json` of `path`: the file itself, or the one in the directory `path`.
+fn config_file(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn io_error(e: &dyn std::fmt::Display) -> FfiError {
+    FfiError::new(puma_status::PUMA_ERR_IO, e.to_string())
+}
+
+/// Reads the architecture from `config.json` and loads what this party shares: the whole
+/// checkpoint directory `path` at the owner, the public config (`path` is the file or its
+/// directory) elsewhere.
+fn load(path: &Path, owner: bool) -> Result<Loaded, FfiError> {
+    let config = config_file(path);
+    let text = std::fs::read_to_string(&config)
+        .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
+    match json.get("model_type").and_then(serde_json::Value::as_str) {
+        Some("gpt2") => {
+            if owner {
+                let (cfg, w) = load_gpt2(path).map_err(|e| io_error(&e))?;
+                Ok(Loaded::Gpt2(cfg, Some(w)))
+            } else {
+                let cfg = Gpt2Config::from_file(&config).map_err(|e| io_error(&e))?;
+                Ok(Loaded::Gpt2(cfg, None))
+            }
+        }
+        Some(other) => Err(FfiError::invalid(format!(
+            "model_type {other:?} is not supported by the C API yet (supported: \"gpt2\")"
+        ))),
+        None => Err(io_error(&format_args!(
+            "{}: no model_type",
+            config.display()
+        ))),
+    }
+}
+
+/// Shares the model that `owner` loaded.
+async fn share(ctx: &mut Ctx, owner: PartyId, loaded: Loaded) -> Result<SharedModel, Error> {
+    match loaded {
+        Loaded::Gpt2(cfg, weights) => Ok(SharedModel::Gpt2(
+            SharedGpt2::share(ctx, owner, &cfg, weights).await?,
+        )),
+    }
+}
+
+/// Greedy generation with the KV cache: the one call into the layers' generation, kept
+/// here so that it changes in one place. Returns the ids at the client, `None` elsewhere.
+#[allow(clippy::too_many_arguments)]
+async fn generate_ids(
+    ctx: &mut Ctx,
+    model: &SharedModel,
+    client: PartyId,
+    prompt: Option<&[u32]>,
+    prompt_len: usize,
+    max_new: usize,
+    mode: OutputMode,
+) -> Result<Option<Vec<u32>>, Error> {
+    match model {
+        SharedModel::Gpt2(m) => {
+            let settings = SecureSettings::default();
+            let g = secure::generate(
+                ctx, m, client, prompt, prompt_len, max_new, mode, &settings, None,
+            )
+            .await?;
+            Ok((ctx.me() == client).then_some(g.ids))
+        }
+    }
+}
+
+/// Starts sharing a model held by party `owner`, of the architecture that its
+/// `config.json` names (`model_type`; so far `"gpt2"`). At the owner, `path` is a Hugging
 /// Face checkpoint directory (`config.json` + `model.safetensors`, f32/f16/bf16); at the
-/// other parties it is the path of the same public `config.json`. Result: a model
-/// (`puma_session_take_model`).
+/// other parties it is the same public `config.json` or a directory holding it. Result: a
+/// model (`puma_session_take_model`), usable in this session only.
 ///
-/// Cost: 1 round; 8 bytes per parameter from the owner.
+/// Cost: rounds of the chunked share (one per 2^22 parameters, at least one); 8 bytes per
+/// parameter from the owner.
 ///
 /// Ownership: `path` is only read during the call (the files are loaded at once).
 ///
-/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed; `PUMA_ERR_INVALID_ARGUMENT`
-/// for a bad owner or weights that do not fit; `PUMA_ERR_WRONG_STATE` if an operation
-/// runs or a result waits.
+/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed, or `config.json` names no
+/// `model_type`; `PUMA_ERR_INVALID_ARGUMENT` for a bad owner or an architecture the C API
+/// does not run yet; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
 ///
 /// # Safety
 /// `session` must be a live session used by no other thread; `path` a NUL-terminated
 /// string.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn puma_session_start_gpt2_share(
+pub unsafe extern "C" fn puma_session_start_model_share(
     session: *mut puma_session,
     owner: u32,
     path: *const c_char,
@@ -99,16 +221,146 @@ pub unsafe extern "C" fn puma_session_start_gpt2_share(
         let owner = party(owner, "owner")?;
         // SAFETY: the caller's contract.
         let path = unsafe { self::path(path) }?;
-        let io = |e: &dyn std::fmt::Display| FfiError::new(puma_status::PUMA_ERR_IO, e.to_string());
-        let (cfg, weights) = if s.me() == owner {
-            let (cfg, w) = load_gpt2(path).map_err(|e| io(&e))?;
-            (cfg, Some(w))
-        } else {
-            (Gpt2Config::from_file(path).map_err(|e| io(&e))?, None)
-        };
+        let loaded = load(path, s.me() == owner)?;
         s.start(move |mut ctx| async move {
-            let m = SharedGpt2::share(&mut ctx, owner, &cfg, weights.as_ref()).await?;
+            let m = share(&mut ctx, owner, loaded).await?;
             Ok(OpResult::Model(Box::new(m)))
+        })
+    })
+}
+
+/// Starts sharing a GPT-2 model held by party `owner`: `puma_session_start_model_share`
+/// for a checkpoint whose `config.json` names `model_type` `"gpt2"`.
+///
+/// # Safety
+/// As `puma_session_start_model_share`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_start_gpt2_share(
+    session: *mut puma_session,
+    owner: u32,
+    path: *const c_char,
+) -> puma_status {
+    // SAFETY: the caller's contract, which is the same.
+    unsafe { puma_session_start_model_share(session, owner, path) }
+}
+
+/// Borrows a model of `s`'s party.
+///
+/// # Safety
+/// `model` must be null or a model pointer not being freed by another thread.
+unsafe fn own_model<'a>(
+    s: &puma_session,
+    model: *const puma_model,
+) -> Result<&'a puma_model, FfiError> {
+    // SAFETY: the caller's contract.
+    let m = unsafe { handle::borrow(model) }?;
+    if m.party != s.me() {
+        return Err(FfiError::invalid(
+            "the model belongs to another party's session",
+        ));
+    }
+    Ok(m)
+}
+
+/// The client's token ids, checked: `Some` at the client (which must pass them), `None`
+/// elsewhere (which must not).
+///
+/// # Safety
+/// `ids` must be null or valid for reading `len` values.
+unsafe fn client_ids(
+    s: &puma_session,
+    client: PartyId,
+    ids: *const u32,
+    len: usize,
+    vocab_size: usize,
+) -> Result<Option<Vec<u32>>, FfiError> {
+    match (s.me() == client, ids.is_null()) {
+        (true, true) => Err(FfiError::new(
+            puma_status::PUMA_ERR_NULL_POINTER,
+            "the client must pass its ids",
+        )),
+        (true, false) => {
+            // SAFETY: readable for `len` values by the caller's contract.
+            let v = unsafe { handle::slice(ids, len, "ids") }?;
+            if v.iter().any(|&id| id as usize >= vocab_size) {
+                return Err(FfiError::invalid("an id is outside the vocabulary"));
+            }
+            Ok(Some(v.to_vec()))
+        }
+        (false, true) => Ok(None),
+        (false, false) => Err(FfiError::invalid("only the client passes ids")),
+    }
+}
+
+/// Starts generating `max_new` tokens (greedy, with the secret-shared KV cache: after the
+/// prompt, each step processes one position) after a prompt of `prompt_len` ids held by
+/// party `client`: the client passes its `prompt` ids (each below the vocabulary size),
+/// the other parties `NULL` and the same `prompt_len` (public). `mode` says what the
+/// client learns on the way: `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or
+/// `PUMA_OUTPUT_PRIVATE`. Result: ids (`puma_session_take_ids`), the `max_new` generated
+/// ids at the client and none elsewhere. Ties in the argmax go to the lowest id.
+///
+/// Ownership: `prompt` is only read during the call; `model` stays owned by the caller
+/// (the operation keeps its own reference, so the model may be freed while it runs).
+///
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
+/// `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
+/// a non-client, an unknown mode or a model of another party; `PUMA_ERR_NULL_POINTER` for
+/// no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `model` a live model;
+/// `prompt` `NULL` or valid for reading `prompt_len` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_start_generate(
+    session: *mut puma_session,
+    model: *const puma_model,
+    client: u32,
+    prompt: *const u32,
+    prompt_len: usize,
+    max_new: usize,
+    mode: u32,
+) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        s.check_idle()?;
+        // SAFETY: the caller's contract.
+        let m = unsafe { own_model(s, model) }?;
+        let client = party(client, "client")?;
+        let info = m.info();
+        if prompt_len == 0 || max_new == 0 {
+            return Err(FfiError::invalid(
+                "`prompt_len` and `max_new` must be positive",
+            ));
+        }
+        if prompt_len.saturating_add(max_new) > info.max_positions {
+            return Err(FfiError::invalid(format!(
+                "`prompt_len + max_new` must be at most {}",
+                info.max_positions
+            )));
+        }
+        let mode = match mode {
+            PUMA_OUTPUT_REVEAL_LOGITS => OutputMode::RevealLogits,
+            PUMA_OUTPUT_SECURE_ARGMAX => OutputMode::SecureArgmax,
+            PUMA_OUTPUT_PRIVATE => OutputMode::Private,
+            _ => return Err(FfiError::invalid(format!("unknown output mode {mode}"))),
+        };
+        // SAFETY: the caller's contract.
+        let mine = unsafe { client_ids(s, client, prompt, prompt_len, info.vocab_size) }?;
+        let shared = Arc::clone(&m.shared);
+        s.start(move |mut ctx| async move {
+            let ids = generate_ids(
+                &mut ctx,
+                &shared,
+                client,
+                mine.as_deref(),
+                prompt_len,
+                max_new,
+                mode,
+            )
+            .await?;
+            Ok(OpResult::Ids(ids))
         })
     })
 }
@@ -117,8 +369,8 @@ pub unsafe extern "C" fn puma_session_start_gpt2_share(
 /// the client passes its `ids` (`len` of them, each below the vocabulary size), the other
 /// parties `NULL` and the same `len` (public). Result: values
 /// (`puma_session_take_values`): the `len × vocab_size` logits of every position
-/// (row-major) at the client, nothing elsewhere. Uses the precise GeLU of the model's
-/// form and the second-order softmax exponential.
+/// (row-major) at the client, nothing elsewhere. Uses the secure model's default settings
+/// (the precise GeLU of the model's form, the minimax softmax exponential).
 ///
 /// Ownership: `ids` is only read during the call; `model` stays owned by the caller (the
 /// operation keeps its own reference, so the model may be freed while it runs).
@@ -143,50 +395,70 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
         let s = unsafe { handle::borrow_mut(session) }?;
         s.check_idle()?;
         // SAFETY: the caller's contract.
-        let m = unsafe { handle::borrow(model) }?;
-        if m.party != s.me() {
-            return Err(FfiError::invalid(
-                "the model belongs to another party's session",
-            ));
-        }
+        let m = unsafe { own_model(s, model) }?;
         let client = party(client, "client")?;
-        let cfg = m.shared.config();
-        if len == 0 || len > cfg.n_positions {
+        let info = m.info();
+        if len == 0 || len > info.max_positions {
             return Err(FfiError::invalid(format!(
                 "`len` must be in 1..={}",
-                cfg.n_positions
+                info.max_positions
             )));
         }
-        let mine = match (s.me() == client, ids.is_null()) {
-            (true, true) => {
-                return Err(FfiError::new(
-                    puma_status::PUMA_ERR_NULL_POINTER,
-                    "the client must pass its ids",
-                ));
-            }
-            (true, false) => {
-                // SAFETY: readable for `len` values by the caller's contract.
-                let v = unsafe { handle::slice(ids, len, "ids") }?;
-                if v.iter().any(|&id| id as usize >= cfg.vocab_size) {
-                    return Err(FfiError::invalid("an id is outside the vocabulary"));
-                }
-                Some(v.to_vec())
-            }
-            (false, true) => None,
-            (false, false) => return Err(FfiError::invalid("only the client passes ids")),
-        };
+        // SAFETY: the caller's contract.
+        let mine = unsafe { client_ids(s, client, ids, len, info.vocab_size) }?;
         let shared = Arc::clone(&m.shared);
         s.start(move |mut ctx| async move {
             let settings = SecureSettings::default();
-            let logits =
-                secure::forward_logits(&mut ctx, &shared, client, mine.as_deref(), len, &settings)
-                    .await?;
+            let logits = match &*shared {
+                SharedModel::Gpt2(m) => {
+                    secure::forward_logits(&mut ctx, m, client, mine.as_deref(), len, &settings)
+                        .await?
+                }
+            };
             Ok(OpResult::Values(logits))
         })
     })
 }
 
-/// Writes the model's public architecture to `*out`.
+impl puma_model {
+    fn info(&self) -> puma_model_info {
+        match &*self.shared {
+            SharedModel::Gpt2(m) => {
+                let c = m.config();
+                puma_model_info {
+                    architecture: PUMA_ARCH_GPT2,
+                    n_layer: c.n_layer,
+                    d_model: c.n_embd,
+                    max_positions: c.n_positions,
+                    vocab_size: c.vocab_size,
+                }
+            }
+        }
+    }
+}
+
+/// Writes the public description of a model of any architecture to `*out`.
+///
+/// # Safety
+/// `model` must be a live model; `out` valid for writing one `puma_model_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_model_info(
+    model: *const puma_model,
+    out: *mut puma_model_info,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let m = unsafe { handle::borrow(model) }?;
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, m.info()) }
+    })
+}
+
+/// Writes a GPT-2 model's public architecture to `*out`.
+///
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for a model of another architecture (see
+/// `puma_model_info`).
 ///
 /// # Safety
 /// `model` must be a live model; `out` valid for writing one `puma_gpt2_config`.
@@ -199,7 +471,8 @@ pub unsafe extern "C" fn puma_model_config(
         handle::check_out(out, "out")?;
         // SAFETY: the caller's contract.
         let m = unsafe { handle::borrow(model) }?;
-        let c = m.shared.config();
+        let SharedModel::Gpt2(g) = &*m.shared;
+        let c = g.config();
         let cfg = puma_gpt2_config {
             n_layer: c.n_layer,
             n_embd: c.n_embd,

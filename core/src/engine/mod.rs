@@ -32,22 +32,27 @@
 //!
 //! # Idle sessions
 //! A long-running protocol may wait for its host rather than for a peer
-//! ([`Ctx::wait_for_host`], e.g. a session that runs the operations its host starts one
-//! after the other). When every task waits so, the session is idle:
+//! ([`Ctx::wait_for_host`]: a session that runs the operations its host starts one after
+//! the other, each a step). When every task waits so, the session is idle:
 //! - when the wait begins, the party ends its epoch, marked IDLE (with ACTIVE if it queued
-//!   records), so that the step it just finished completes at its peers without any more
+//!   records), so that the step it just finished completes at its peers without more
 //!   input from its host. An epoch whose END frames carry no ACTIVE but some IDLE flag is
-//!   not a deadlock (and not a round); there is one such END per step, so idle parties
-//!   never exchange empty epochs forever;
-//! - afterwards it holds its next epoch open: it ends it only once a peer's ACTIVE END
-//!   frame of that epoch shows that the peers exchange data and need it (or once the host
-//!   starts the next step, which then runs in it). `poll_output` returns
-//!   `Pending { waiting_for: None }`; the host polls again after giving the protocol its
-//!   input or handing in a frame. Frames of faster peers are buffered as usual (within
+//!   not a deadlock (and not a round). Each party counts the IDLE ends of its peers;
+//! - a party starts its next step only in an epoch that follows both peers' IDLE end of
+//!   the step it finished: all three start every step in the same epoch, whatever the
+//!   timing of hosts and links (so rounds stay deterministic). While a peer is behind, the
+//!   party ends each epoch once that peer has ended it, and reports
+//!   `Pending { waiting_for: Some(peer) }`;
+//! - otherwise, until its host provides the input, the party holds its epoch open and does
+//!   not end it for nothing (an epoch in which no party sent anything would be a deadlock).
+//!   It ends it only once a peer's END frame of the epoch is ACTIVE (the peers exchange
+//!   data and need it) or IDLE (a peer finished a step). `poll_output` returns
+//!   `Pending { waiting_for: None }`; the host polls again after providing the input or
+//!   handing in a frame. Frames of faster peers are buffered as usual (within
 //!   [`Config::max_buffered_bytes`]).
 //!
-//! The epoch in which the next step starts then depends on when the host starts it, as any
-//! host input does; records are matched by tag, so the results do not.
+//! IDLE ends come once per step and party, so idle parties never exchange empty epochs
+//! forever.
 
 pub(crate) mod ctx;
 pub(crate) mod join;
@@ -243,6 +248,8 @@ struct PeerProgress {
     active: [bool; 2],
     /// IDLE flags of the same END frames.
     idle: [bool; 2],
+    /// END frames with IDLE so far: steps the peer finished.
+    steps: u64,
 }
 
 impl PeerProgress {
@@ -292,6 +299,10 @@ pub struct Session<T> {
     active: bool,
     /// Whether this party ended the current epoch as IDLE (module docs, "Idle sessions").
     idle_end: bool,
+    /// Whether the protocol waited for its host, and only for it, when last polled.
+    host_waiting: bool,
+    /// Epochs this party ended as IDLE: steps it finished.
+    steps: u64,
     stats: Stats,
 }
 
@@ -359,6 +370,8 @@ impl<T: 'static> Session<T> {
             sealed: false,
             active: false,
             idle_end: false,
+            host_waiting: false,
+            steps: 0,
             stats: Stats::default(),
         };
         // Setup: each Pi sends its fresh seed to P_{i-1}.
@@ -562,6 +575,7 @@ impl<T: 'static> Session<T> {
                     p.ended = h.epoch;
                     p.active = [p.active[1], h.flags & wire::FLAG_ACTIVE != 0];
                     p.idle = [p.idle[1], h.flags & wire::FLAG_IDLE != 0];
+                    p.steps += u64::from(h.flags & wire::FLAG_IDLE != 0);
                     if h.flags & wire::FLAG_FINISHED != 0 {
                         p.finished = Some(h.epoch);
                     }
@@ -667,6 +681,29 @@ impl<T: 'static> Session<T> {
                         self.phase = Phase::Running { fut };
                         return Output::Pending { waiting_for };
                     }
+                    self.phase = Phase::Running { fut };
+                    if self.host_waiting {
+                        if let Some(behind) = self.peer_behind() {
+                            // The next step waits until `behind` has finished this one
+                            // (module docs, "Idle sessions"); meanwhile every epoch it
+                            // ends, this party ends too.
+                            if !self.peer_ended(!0) {
+                                return Output::Pending {
+                                    waiting_for: Some(behind),
+                                };
+                            }
+                            self.seal(false);
+                            if let Err(e) = self.try_advance() {
+                                self.fail(e, None);
+                            }
+                            continue;
+                        }
+                    }
+                    let Phase::Running { mut fut } =
+                        core::mem::replace(&mut self.phase, Phase::Finished)
+                    else {
+                        continue;
+                    };
                     {
                         let mut mb = self.mailbox.lock();
                         mb.wanted.clear();
@@ -700,7 +737,8 @@ impl<T: 'static> Session<T> {
                             if yielded {
                                 return Output::Yielded;
                             }
-                            if host_wait && !any_wanted {
+                            self.host_waiting = host_wait && !any_wanted;
+                            if self.host_waiting {
                                 match self.idle(began) {
                                     Ok(true) => return Output::Pending { waiting_for: None },
                                     Ok(false) => {}
@@ -727,23 +765,43 @@ impl<T: 'static> Session<T> {
     }
 
     /// Every task waits for the host (module docs, "Idle sessions"). Ends the epoch (as
-    /// IDLE when the wait `began` in this poll, else only if it carries data: records this
-    /// party queued or a peer's ACTIVE END of it) and returns `false`, or returns `true` to
-    /// stay idle with the epoch open.
+    /// IDLE when the wait `began` in this poll; else only for records this party queued or
+    /// a peer's ACTIVE or IDLE END of it) and returns `false`, or returns `true` to stay
+    /// idle with the epoch open.
     fn idle(&mut self, began: bool) -> Result<bool, Error> {
         let queued = self.mailbox.lock().outbound.iter().any(|q| !q.is_empty());
-        let e = self.epoch;
-        let peer_active = [self.me.next(), self.me.prev()].into_iter().any(|p| {
-            let peer = &self.peers[p.index()];
-            peer.ended >= e && peer.was_active(e)
-        });
-        if !began && !queued && !peer_active {
+        if !began && !queued && !self.peer_ended(wire::FLAG_ACTIVE | wire::FLAG_IDLE) {
             return Ok(true);
         }
         self.idle_end = began;
+        self.steps += u64::from(began);
         self.seal(false);
         self.try_advance()?;
         Ok(false)
+    }
+
+    /// Whether a peer has ended the current epoch with an END frame carrying one of
+    /// `flags` (ACTIVE, IDLE; `!0`: any END).
+    fn peer_ended(&self, flags: u16) -> bool {
+        let e = self.epoch;
+        [self.me.next(), self.me.prev()].into_iter().any(|p| {
+            let peer = &self.peers[p.index()];
+            peer.ended >= e
+                && (flags == !0
+                    || (flags & wire::FLAG_ACTIVE != 0 && peer.was_active(e))
+                    || (flags & wire::FLAG_IDLE != 0 && peer.was_idle(e)))
+        })
+    }
+
+    /// A peer (still running) that had finished fewer steps than this party before the
+    /// current epoch: the next step must not start in this epoch.
+    fn peer_behind(&self) -> Option<PartyId> {
+        let e = self.epoch;
+        [self.me.next(), self.me.prev()].into_iter().find(|p| {
+            let peer = &self.peers[p.index()];
+            let this_epoch = u64::from(peer.ended >= e && peer.was_idle(e));
+            peer.finished.is_none() && peer.steps.saturating_sub(this_epoch) < self.steps
+        })
     }
 
     /// A visible record that was never received means the peers disagree on the protocol.
