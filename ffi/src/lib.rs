@@ -48,9 +48,9 @@ use puma_core::FixedPoint;
 pub use error::puma_status;
 pub use model::{
     PUMA_ARCH_GPT2, PUMA_OUTPUT_PRIVATE, PUMA_OUTPUT_REVEAL_LOGITS, PUMA_OUTPUT_SECURE_ARGMAX,
-    puma_gpt2_config, puma_model, puma_model_config, puma_model_free, puma_model_info,
-    puma_session_start_generate, puma_session_start_gpt2_forward, puma_session_start_gpt2_share,
-    puma_session_start_model_share,
+    puma_gpt2_config, puma_model, puma_model_config, puma_model_free, puma_model_get_info,
+    puma_model_info, puma_session_start_generate, puma_session_start_gpt2_forward,
+    puma_session_start_gpt2_share, puma_session_start_model_share,
 };
 pub use ops::{
     PUMA_GELU_MINIMAX, PUMA_GELU_PRECISE_ERF, PUMA_GELU_PRECISE_TANH, PUMA_GELU_PUMA,

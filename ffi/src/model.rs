@@ -442,7 +442,7 @@ impl puma_model {
 /// # Safety
 /// `model` must be a live model; `out` valid for writing one `puma_model_info`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn puma_model_info(
+pub unsafe extern "C" fn puma_model_get_info(
     model: *const puma_model,
     out: *mut puma_model_info,
 ) -> puma_status {
@@ -458,7 +458,7 @@ pub unsafe extern "C" fn puma_model_info(
 /// Writes a GPT-2 model's public architecture to `*out`.
 ///
 /// Errors: `PUMA_ERR_INVALID_ARGUMENT` for a model of another architecture (see
-/// `puma_model_info`).
+/// `puma_model_get_info`).
 ///
 /// # Safety
 /// `model` must be a live model; `out` valid for writing one `puma_gpt2_config`.

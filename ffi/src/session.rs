@@ -425,7 +425,13 @@ impl puma_session {
                     ev.peer = waiting_for.map_or(PUMA_NO_PARTY, |p| p.index() as u32);
                     return (Ok(()), ev);
                 }
-                Output::Done(result) => return (self.ended(result), ev),
+                Output::Done(result) => {
+                    let r = self.ended(result);
+                    if matches!(self.state, State::Closed(_)) {
+                        ev.kind = puma_event_kind::PUMA_EVENT_CLOSED;
+                    }
+                    return (r, ev);
+                }
             },
         };
         ev.kind = puma_event_kind::PUMA_EVENT_TRANSMIT;

@@ -48,10 +48,21 @@ fn tool(name: &str) -> Command {
 
 /// Compiles the C program `src` (relative to the repository) against the static library.
 fn build_c(src: &str, dir: &Path) -> PathBuf {
+    build_c_with(src, dir, &[])
+}
+
+/// [`build_c`] of a program that uses threads.
+fn build_c_threads(src: &str, dir: &Path) -> PathBuf {
+    build_c_with(src, dir, &["-pthread"])
+}
+
+fn build_c_with(src: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let exe = dir.join(Path::new(src).file_stem().unwrap());
     let out = tool(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(flags)
+        .arg("-I")
         .arg(repo().join("ffi/include"))
         .arg(repo().join(src))
         .arg(built_library("libpuma_ffi.a"))
@@ -179,4 +190,56 @@ int main(void) {
         size_of::<puma_gpt2_config>(),
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
+
+/// The prompt of the generations below, "Hello world" (GPT-2 ids).
+const PROMPT: [u32; 2] = [15496, 995];
+
+/// Greedy ids of the plaintext model in `models/<name>` after [`PROMPT`].
+fn plain_ids(name: &str, max_new: usize) -> Vec<u32> {
+    let plain =
+        puma_layers::gpt2::plain::PlainGpt2::load(&repo().join("models").join(name)).unwrap();
+    plain.generate_greedy(&PROMPT, max_new).unwrap()
+}
+
+/// The C API under an asynchronous host (`tests/c/async_parties.c`): a thread per party,
+/// a queue per inbox, random 0-2 ms delays per frame and no barrier between operations;
+/// 200 mixed operations checked in C against plain doubles, then a GPT-2 generation in the
+/// same session (output mode by seed), whose ids must be the plaintext model's. 20 runs,
+/// ten at a time (the runs mostly sleep).
+#[test]
+fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_threads("ffi/tests/c/async_parties.c", dir.path());
+    let model = repo().join("models/gpt2-tiny-random");
+    let want: Vec<String> = plain_ids("gpt2-tiny-random", 3)
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let want = format!("ids: {}", want.join(" "));
+    for batch in (1..=20u64).collect::<Vec<_>>().chunks(10) {
+        let children: Vec<_> = batch
+            .iter()
+            .map(|seed| {
+                Command::new(&exe)
+                    .arg(seed.to_string())
+                    .arg(&model)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (seed, child) in batch.iter().zip(children) {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "seed {seed}: {}", show(&out));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.lines().any(|l| l == want),
+                "seed {seed}: want {want:?}: {}",
+                show(&out)
+            );
+            assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
+        }
+    }
 }
