@@ -797,3 +797,79 @@ fn a_timeout_fails_the_operation_and_aborts_it_at_the_peers() {
         assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
     }
 }
+
+/// Greedy generation with the KV cache through the C API on the embedded Shakespeare
+/// GPT-2: one model share, then a generation in each output mode, all in one session (one
+/// setup round); the client's ids are the plaintext model's, the others learn none.
+#[test]
+fn generation_on_the_shakespeare_model_matches_the_plaintext_model() {
+    use puma_layers::gpt2::plain::PlainGpt2;
+    const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
+    let prompt = tokenizer.encode("ROMEO:");
+    let max_new = 4;
+    let plain = PlainGpt2::load(std::path::Path::new(MODEL)).unwrap();
+    let want = plain.generate_greedy(&prompt, max_new).unwrap();
+    println!("ROMEO:{}", tokenizer.decode(&want).unwrap());
+
+    let mut p = Parties::new(21);
+    let dir = std::ffi::CString::new(MODEL).unwrap();
+    for s in p.s {
+        // Every party may pass the directory: only the owner (P2) reads the weights.
+        // SAFETY: live session, NUL-terminated path.
+        ok(unsafe { puma_session_start_model_share(s, 2, dir.as_ptr()) });
+    }
+    p.run();
+    let models = p.s.map(|s| {
+        let mut m = ptr::null_mut();
+        // SAFETY: live session, valid out pointer.
+        ok(unsafe { puma_session_take_model(s, &mut m) });
+        m
+    });
+    let mut info = puma_model_info::default();
+    // SAFETY: live model, valid out pointer.
+    ok(unsafe { puma_model_get_info(models[0], &mut info) });
+    assert_eq!(
+        (
+            info.architecture,
+            info.n_layer,
+            info.d_model,
+            info.vocab_size
+        ),
+        (PUMA_ARCH_GPT2, 4, 256, 50257)
+    );
+    for mode in [
+        PUMA_OUTPUT_REVEAL_LOGITS,
+        PUMA_OUTPUT_SECURE_ARGMAX,
+        PUMA_OUTPUT_PRIVATE,
+    ] {
+        for (i, s) in p.s.iter().enumerate() {
+            let ids = if i == 0 { prompt.as_ptr() } else { ptr::null() };
+            // SAFETY: live session and model; ids null or prompt.len() values.
+            ok(unsafe {
+                puma_session_start_generate(*s, models[i], 0, ids, prompt.len(), max_new, mode)
+            });
+        }
+        p.run();
+        for i in 0..3 {
+            let mut n = usize::MAX;
+            // SAFETY: live session, valid out pointer.
+            ok(unsafe { puma_session_result_len(p.s[i], &mut n) });
+            let mut got = vec![0u32; n];
+            let mut written = usize::MAX;
+            // SAFETY: live session, n ids, valid out pointer.
+            ok(unsafe { puma_session_take_ids(p.s[i], got.as_mut_ptr(), n, &mut written) });
+            assert_eq!(written, n);
+            if i == 0 {
+                assert_eq!(got, want, "mode {mode}");
+            } else {
+                assert_eq!(n, 0, "P{i} learned the ids");
+            }
+        }
+    }
+    for m in models {
+        // SAFETY: each model freed once.
+        ok(unsafe { puma_model_free(m) });
+    }
+    assert_eq!(p.stats(1).setup_bytes_sent, 64);
+}

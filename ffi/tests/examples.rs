@@ -88,20 +88,22 @@ fn c_example_runs_and_is_clean_under_valgrind() {
     valgrind_clean(&exe);
 }
 
-/// Runs `exe` under valgrind: no invalid access, no use of uninitialised memory, and
-/// nothing definitely, indirectly or possibly lost at exit (exit code 99 otherwise); the
-/// program itself must print "ok".
-fn valgrind_clean(exe: &Path) {
-    let out = tool("valgrind")
-        .args([
-            "--error-exitcode=99",
-            "--leak-check=full",
-            "--show-leak-kinds=definite,indirect,possible",
-            "--errors-for-leak-kinds=definite,indirect,possible",
-        ])
-        .arg(exe)
-        .output()
-        .unwrap();
+/// valgrind, set to fail (exit code 99) on any invalid access, use of uninitialised
+/// memory, or anything definitely, indirectly or possibly lost at exit.
+fn valgrind() -> Command {
+    let mut c = tool("valgrind");
+    c.args([
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--show-leak-kinds=definite,indirect,possible",
+        "--errors-for-leak-kinds=definite,indirect,possible",
+    ]);
+    c
+}
+
+/// Runs `valgrind` (with its program): it must be clean and the program must print "ok".
+fn valgrind_clean_output(mut valgrind: Command) -> Output {
+    let out = valgrind.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -118,6 +120,14 @@ fn valgrind_clean(exe: &Path) {
             .lines()
             .any(|l| l == "ok")
     );
+    out
+}
+
+/// Runs `exe` under valgrind: clean, and the program prints "ok".
+fn valgrind_clean(exe: &Path) {
+    let mut v = valgrind();
+    v.arg(exe);
+    valgrind_clean_output(v);
 }
 
 #[test]
@@ -242,4 +252,62 @@ fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
             assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
         }
     }
+}
+
+/// The prompt of the text examples, and the plaintext Shakespeare model's greedy ids after
+/// it.
+fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
+    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
+    let prompt = tokenizer.encode("ROMEO:");
+    let plain =
+        puma_layers::gpt2::plain::PlainGpt2::load(&repo().join("models/gpt2-shakespeare")).unwrap();
+    let want = plain.generate_greedy(&prompt, max_new).unwrap();
+    println!("ROMEO:{:?}", tokenizer.decode(&want).unwrap_or_default());
+    (prompt, want)
+}
+
+fn ids_line(ids: &[u32]) -> String {
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    format!("ids: {}", ids.join(" "))
+}
+
+/// `examples/c/generate.c`: text generation with the embedded Shakespeare GPT-2 through
+/// the C API gives the plaintext model's ids. Under valgrind it runs small: the tiny
+/// model, a one-token prompt and two tokens (valgrind is some 50 times slower).
+#[test]
+fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c("examples/c/generate.c", dir.path());
+    let (prompt, want) = shakespeare(6);
+    let args: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let out = Command::new(&exe)
+        .arg(repo().join("models/gpt2-shakespeare"))
+        .arg("6")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "C example failed: {}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "want {want:?}: {}",
+        show(&out)
+    );
+
+    let tiny = repo().join("models/gpt2-tiny-random");
+    let plain = puma_layers::gpt2::plain::PlainGpt2::load(&tiny).unwrap();
+    let want = plain.generate_greedy(&PROMPT[..1], 2).unwrap();
+    let mut valgrind = valgrind();
+    valgrind
+        .arg(&exe)
+        .arg(&tiny)
+        .arg("2")
+        .arg(PROMPT[0].to_string());
+    let out = valgrind_clean_output(valgrind);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "{}",
+        show(&out)
+    );
 }
