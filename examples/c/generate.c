@@ -8,12 +8,12 @@
  * to the session it is addressed to.
  *
  * The prompt is given as GPT-2 token ids (the tokenizer stays on the Rust side: e.g.
- * `puma_layers::Gpt2Tokenizer`); "ROMEO:" is 49 2662 4720 25.
+ * `puma_layers::Gpt2Tokenizer`); "ROMEO:" is 33676 4720 25.
  *
  * Build (from the repository root, after `cargo build -p puma-ffi`):
  *   cc -std=c11 -Wall -Wextra -Iffi/include examples/c/generate.c \
  *      target/debug/libpuma_ffi.a -lpthread -ldl -lm -o generate
- * Run: ./generate models/gpt2-shakespeare 4 49 2662 4720 25
+ * Run: ./generate models/gpt2-shakespeare 4 33676 4720 25
  * Prints the generated ids ("ids: ...") and "ok".
  */
 #include <stdio.h>

@@ -259,6 +259,8 @@ fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
 fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
     let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
     let prompt = tokenizer.encode("ROMEO:");
+    // As the examples' docs say.
+    assert_eq!(prompt, [33676, 4720, 25]);
     let plain =
         puma_layers::gpt2::plain::PlainGpt2::load(&repo().join("models/gpt2-shakespeare")).unwrap();
     let want = plain.generate_greedy(&prompt, max_new).unwrap();
@@ -310,4 +312,31 @@ fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind(
         "{}",
         show(&out)
     );
+}
+
+/// `examples/python/generate.py`: text generation with the embedded Shakespeare GPT-2
+/// from Python (ctypes) gives the plaintext model's ids.
+#[test]
+fn python_generation_example_matches_the_plaintext_model() {
+    let (prompt, want) = shakespeare(4);
+    let out = tool("python3")
+        .arg(repo().join("examples/python/generate.py"))
+        .arg(repo().join("models/gpt2-shakespeare"))
+        .arg("4")
+        .args(prompt.iter().map(u32::to_string))
+        .env("PUMA_FFI_LIB", built_library("libpuma_ffi.so"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Python example failed: {}",
+        show(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "{}",
+        show(&out)
+    );
+    assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
 }
