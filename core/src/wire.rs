@@ -13,7 +13,9 @@
 //!   5  u8   receiver party index
 //!   6  u16  flags: bit 0 END (last frame of the sender's epoch on this link),
 //!           bit 1 ACTIVE (the sender sent a record to anyone in this epoch; END only),
-//!           bit 2 FINISHED (the sender's protocol ended in this epoch; END only)
+//!           bit 2 FINISHED (the sender's protocol ended in this epoch; END only),
+//!           bit 3 IDLE (the sender ended this epoch as its protocol began to wait for its
+//!           host: the end of a step of a long-running session; END only)
 //!   8  u64  session id
 //!  16  u64  link sequence number (per sender→receiver link, from 0)
 //!  24  u32  epoch (data frames: the sender's lockstep epoch, from 1)
