@@ -236,6 +236,18 @@ enum Phase<T> {
     Finished,
 }
 
+/// What [`Session::poll_output`] does with a running protocol.
+enum Hold {
+    /// Poll it.
+    Poll,
+    /// Not now: this epoch ended; go round again.
+    Again,
+    /// Not now: wait for a frame (from this peer, if known).
+    Wait(Option<PartyId>),
+    /// The session failed.
+    Fail(Error),
+}
+
 /// What this party knows of one peer's progress.
 #[derive(Clone, Copy, Default)]
 struct PeerProgress {
@@ -676,34 +688,18 @@ impl<T: 'static> Session<T> {
                     }
                 },
                 Phase::Running { mut fut } => {
-                    if self.sealed {
-                        let waiting_for = self.lagging_peer();
-                        self.phase = Phase::Running { fut };
-                        return Output::Pending { waiting_for };
-                    }
-                    self.phase = Phase::Running { fut };
-                    if self.host_waiting {
-                        if let Some(behind) = self.peer_behind() {
-                            // The next step waits until `behind` has finished this one
-                            // (module docs, "Idle sessions"); meanwhile every epoch it
-                            // ends, this party ends too.
-                            if !self.peer_ended(!0) {
-                                return Output::Pending {
-                                    waiting_for: Some(behind),
-                                };
-                            }
-                            self.seal(false);
-                            if let Err(e) = self.try_advance() {
-                                self.fail(e, None);
+                    match self.hold() {
+                        Hold::Poll => {}
+                        held => {
+                            self.phase = Phase::Running { fut };
+                            match held {
+                                Hold::Wait(waiting_for) => return Output::Pending { waiting_for },
+                                Hold::Fail(e) => self.fail(e, None),
+                                Hold::Poll | Hold::Again => {}
                             }
                             continue;
                         }
                     }
-                    let Phase::Running { mut fut } =
-                        core::mem::replace(&mut self.phase, Phase::Finished)
-                    else {
-                        continue;
-                    };
                     {
                         let mut mb = self.mailbox.lock();
                         mb.wanted.clear();
@@ -761,6 +757,29 @@ impl<T: 'static> Session<T> {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether the protocol may be polled in this epoch: not once the epoch is sealed, and
+    /// not while the next step must wait for a peer to finish the last one (module docs,
+    /// "Idle sessions"; meanwhile this party ends every epoch that peer ends).
+    fn hold(&mut self) -> Hold {
+        if self.sealed {
+            return Hold::Wait(self.lagging_peer());
+        }
+        if !self.host_waiting {
+            return Hold::Poll;
+        }
+        let Some(behind) = self.peer_behind() else {
+            return Hold::Poll;
+        };
+        if !self.peer_ended(!0) {
+            return Hold::Wait(Some(behind));
+        }
+        self.seal(false);
+        match self.try_advance() {
+            Ok(()) => Hold::Again,
+            Err(e) => Hold::Fail(e),
         }
     }
 
