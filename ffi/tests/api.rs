@@ -873,3 +873,73 @@ fn generation_on_the_shakespeare_model_matches_the_plaintext_model() {
     }
     assert_eq!(p.stats(1).setup_bytes_sent, 64);
 }
+
+/// Closing: each party sends its last frames and reports `PUMA_EVENT_CLOSED` (again on
+/// later polls); frames that reach a closed session are dropped without error; nothing
+/// starts on a closed session.
+#[test]
+fn a_closed_session_drops_late_frames() {
+    let mut p = Parties::new(31);
+    let r = p.share(1, &[1.5, -2.0], 1, 2);
+    assert_eq!(p.reveal(r), vec![1.5, -2.0]);
+    free(r);
+    let mut ev = empty_event();
+    // SAFETY: live sessions, buffers as described.
+    unsafe {
+        for s in p.s {
+            ok(puma_session_close(s));
+            ok(puma_session_close(s));
+        }
+        // Every frame is handed in, also to a party that has closed meanwhile.
+        let mut closed = [false; 3];
+        let mut late = 0;
+        while closed.iter().any(|c| !c) {
+            let mut progress = false;
+            for i in 0..3 {
+                while !closed[i] {
+                    let buf = &mut p.buf;
+                    ok(puma_session_poll(
+                        p.s[i],
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut ev,
+                    ));
+                    match ev.kind {
+                        PUMA_EVENT_TRANSMIT => {
+                            late += usize::from(closed[ev.peer as usize]);
+                            ok(puma_session_handle_frame(
+                                p.s[ev.peer as usize],
+                                i as u32,
+                                buf.as_ptr(),
+                                ev.frame_len,
+                            ));
+                        }
+                        PUMA_EVENT_PENDING => break,
+                        PUMA_EVENT_CLOSED => closed[i] = true,
+                        other => panic!("P{i}: {other:?}"),
+                    }
+                    progress = true;
+                }
+            }
+            assert!(progress, "no party can close");
+        }
+        assert!(late > 0, "no frame reached a closed session");
+        let buf = &mut p.buf;
+        ok(puma_session_poll(
+            p.s[0],
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut ev,
+        ));
+        assert_eq!(ev.kind, PUMA_EVENT_CLOSED);
+        let v = [1.0];
+        assert_eq!(
+            puma_session_start_share(p.s[0], 0, v.as_ptr(), 1, 1, 1),
+            PUMA_ERR_WRONG_STATE
+        );
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
+    }
+    // One setup round, one share and one reveal: two rounds.
+    let st = p.stats(2);
+    assert_eq!((st.operations, st.rounds, st.setup_bytes_sent), (2, 2, 64));
+}
