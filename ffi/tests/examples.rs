@@ -1,8 +1,9 @@
 //! The C and Python examples, built and run against the library this test run built:
-//! the C program with the system C compiler (and again under valgrind), the Python one
-//! with ctypes. Each checks its secure results against a plaintext computation and exits
-//! non-zero otherwise. Also from C: misuse (`tests/c/misuse.c`, under valgrind) and the
-//! struct layouts.
+//! the C programs with the system C compiler (and again under valgrind), the Python ones
+//! with ctypes. Each checks its secure results against a plaintext computation (or prints
+//! generated ids that the test checks against the plaintext model). Also from C: misuse
+//! (`tests/c/misuse.c`, under valgrind), parties on threads with delayed, queued frames
+//! (`tests/c/async_parties.c`) and the struct layouts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::{Path, PathBuf};

@@ -326,7 +326,11 @@ impl Ctx {
     /// the host provides the input, the party holds its epoch open (see the engine's module
     /// docs, "Idle sessions") and [`Session::poll_output`] returns
     /// `Pending { waiting_for: None }`: poll again after providing it. Every party must call
-    /// this the same number of times (once per step), like any other protocol call.
+    /// this the same number of times (once per step), like any other protocol call, and
+    /// from the session's only running task (not beside a receive in a [`join`]: the step
+    /// ends only when nothing else waits).
+    ///
+    /// [`join`]: crate::join
     ///
     /// [`Session::poll_output`]: crate::Session::poll_output
     pub async fn wait_for_host<R>(&self, mut ready: impl FnMut() -> Option<R>) -> R {

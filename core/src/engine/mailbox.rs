@@ -54,7 +54,7 @@ pub(crate) struct Mailbox {
     ///
     /// [`Ctx::wait_for_host`]: crate::Ctx::wait_for_host
     pub(crate) host_wait: bool,
-    /// ... and it has just started waiting (the step before it ended in this poll).
+    /// That wait began in this poll (the step before it has just ended).
     pub(crate) host_wait_began: bool,
     /// Bytes held in `inbound` and `partial`.
     pub(crate) buffered: usize,
