@@ -1,7 +1,7 @@
 /*
  * The C API under a real asynchronous host: one thread per party, one queue per inbox,
- * every frame delayed by a random 0-2 ms in its sender, and no barrier between
- * operations. Each party runs the README's loop (poll; send on TRANSMIT; on PENDING wait
+ * every frame delayed by a random 0-2 ms in its sender, hosts that sometimes wait as long
+ * before starting an operation, and no barrier between operations. Each party runs the README's loop (poll; send on TRANSMIT; on PENDING wait
  * for a frame and hand it in) over the same sequence of operations: shares, matrix
  * products, softmaxes and reveals to each party in turn, checked against the same
  * computation in plain C doubles; then P1 shares a GPT-2 checkpoint and the parties
@@ -181,6 +181,11 @@ static void run_ops(party *p, puma_session *s, uint8_t *buf, size_t buf_len,
     int a = k < SLOTS ? k : (int)(splitmix(&ops_rng) % SLOTS);
     int b = (int)(splitmix(&ops_rng) % SLOTS);
     int c = (int)(splitmix(&ops_rng) % SLOTS);
+    /* A host that is sometimes slow to start the next operation: the parties drift. */
+    if (splitmix(delay_rng) % 4 == 0) {
+      struct timespec d = {0, (long)(splitmix(delay_rng) % 2001) * 1000};
+      nanosleep(&d, NULL);
+    }
     /* Keep values small: long chains are replaced by fresh shares. */
     if (kind >= 30 && kind < 75 && (depth[a] >= 3 || depth[b] >= 3)) kind = 0;
     puma_tensor *out = NULL;
