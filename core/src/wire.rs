@@ -13,7 +13,9 @@
 //!   5  u8   receiver party index
 //!   6  u16  flags: bit 0 END (last frame of the sender's epoch on this link),
 //!           bit 1 ACTIVE (the sender sent a record to anyone in this epoch; END only),
-//!           bit 2 FINISHED (the sender's protocol ended in this epoch; END only)
+//!           bit 2 FINISHED (the sender's protocol ended in this epoch; END only),
+//!           bit 3 IDLE (the sender ended this epoch as its protocol began to wait for its
+//!           host: the end of a step of a long-running session; END only)
 //!   8  u64  session id
 //!  16  u64  link sequence number (per sender→receiver link, from 0)
 //!  24  u32  epoch (data frames: the sender's lockstep epoch, from 1)
@@ -48,7 +50,11 @@ pub const FLAG_END: u16 = 1;
 pub const FLAG_ACTIVE: u16 = 2;
 /// Flag: the sender's protocol finished in this epoch; it sends nothing more.
 pub const FLAG_FINISHED: u16 = 4;
-const KNOWN_FLAGS: u16 = FLAG_END | FLAG_ACTIVE | FLAG_FINISHED;
+/// Flag: the sender ended this epoch because its protocol now waits for its host (the
+/// end of a step of a long-running session), not for a peer: an epoch in which no party
+/// sent anything is then no deadlock.
+pub const FLAG_IDLE: u16 = 8;
+const KNOWN_FLAGS: u16 = FLAG_END | FLAG_ACTIVE | FLAG_FINISHED | FLAG_IDLE;
 
 /// Bytes of a setup frame body: the sender's fresh pairwise seed.
 pub(crate) const SEED_LEN: usize = 32;

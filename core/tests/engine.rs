@@ -535,3 +535,140 @@ fn an_abort_after_unsent_frames_still_reads_as_an_abort() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Aborted { by: PartyId::P0 });
 }
+
+/// A long-running session that runs the operations its host starts one after the other
+/// (waiting for the host in between: `Ctx::wait_for_host`), with hosts that start each
+/// operation at random moments and frames delivered in random order: every result is
+/// right, there is one setup round, the rounds do not depend on the timing, and an idle
+/// party reports `Pending` for no peer.
+#[test]
+fn idle_sessions_wait_for_their_hosts_without_ending_empty_epochs() {
+    use rand_chacha::ChaCha8Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    const OPS: usize = 45;
+    let fx = Config::new(0).fixed;
+    let value = |k: usize| (k as f64) * 0.25 - 3.0;
+    type Queue = Arc<Mutex<VecDeque<Option<usize>>>>;
+    type Results = Arc<Mutex<Vec<Option<Vec<u64>>>>>;
+
+    for seed in 0..4u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let queues: [Queue; 3] = Default::default();
+        let results: [Results; 3] = Default::default();
+        let mut sessions: Vec<Session<()>> = PartyId::ALL
+            .into_iter()
+            .map(|p| {
+                let (q, r) = (queues[p.index()].clone(), results[p.index()].clone());
+                Session::new(
+                    Config::new(77),
+                    p,
+                    [p as u8 + 9; 32],
+                    move |ctx| async move {
+                        let mut ctx = ctx;
+                        loop {
+                            let job = ctx.wait_for_host(|| q.lock().unwrap().pop_front()).await;
+                            let Some(k) = job else { return Ok(()) };
+                            let mut c = ctx.fork();
+                            let (owner, to) =
+                                (PartyId::from_index(k % 3), PartyId::from_index((k / 3) % 3));
+                            let mine =
+                                (c.me() == owner).then(|| vec![fx.encode(value(k)).unwrap()]);
+                            let x = match k % 3 {
+                                // A public constant: only one party sends (the reveal).
+                                2 => Shares::from_public(c.me(), &[fx.encode(value(k)).unwrap()]),
+                                _ => proto::share_input(&mut c, owner, mine.as_deref(), 1).await?,
+                            };
+                            let y = match k % 3 {
+                                1 => proto::mul_fixed(&mut c, &x, &x).await?,
+                                _ => x,
+                            };
+                            let v = proto::reveal_to(&mut c, &y, to).await?;
+                            r.lock().unwrap().push(v);
+                        }
+                    },
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut links: [[VecDeque<Vec<u8>>; 3]; 3] = Default::default();
+        let mut started = [0usize; 3];
+        let mut done = [false; 3];
+        let mut idle_polls = 0;
+        for step in 0.. {
+            assert!(step < 200_000, "seed {seed}: no progress");
+            if done.iter().all(|d| *d) {
+                break;
+            }
+            let i = (rng.next_u64() % 3) as usize;
+            match rng.next_u64() % 3 {
+                // The host starts its next operation once the last one finished, or closes.
+                0 if !done[i] && results[i].lock().unwrap().len() == started[i] => {
+                    let job = (started[i] < OPS).then_some(started[i]);
+                    if started[i] <= OPS {
+                        queues[i].lock().unwrap().push_back(job);
+                        started[i] += 1;
+                    }
+                }
+                1 if !done[i] => loop {
+                    match sessions[i].poll_output() {
+                        Output::Transmit(t) => {
+                            links[i][t.to.index()].push_back(t.frame.into_bytes())
+                        }
+                        Output::Yielded => {}
+                        Output::Pending { waiting_for } => {
+                            idle_polls += usize::from(waiting_for.is_none());
+                            break;
+                        }
+                        Output::Done(r) => {
+                            r.unwrap();
+                            done[i] = true;
+                            break;
+                        }
+                    }
+                },
+                _ => {
+                    let to = ((i as u64 + 1 + rng.next_u64() % 2) % 3) as usize;
+                    if let Some(bytes) = links[i][to].pop_front() {
+                        if !done[to] {
+                            let from = PartyId::from_index(i);
+                            sessions[to]
+                                .handle_input(Input::Frame {
+                                    from,
+                                    bytes: &bytes,
+                                })
+                                .unwrap();
+                        }
+                    }
+                }
+            }
+        }
+        assert!(idle_polls > 0);
+        for (i, s) in sessions.iter().enumerate() {
+            assert_eq!(s.stats().setup_bytes_sent, 64, "one setup round");
+            // Every step starts in the same epoch at every party, whatever the timing, so
+            // the rounds are the same for every seed and party.
+            assert_eq!(s.stats().rounds, 90, "seed {seed} P{i}");
+            let r = results[i].lock().unwrap();
+            assert_eq!(r.len(), OPS);
+            for (k, v) in r.iter().enumerate() {
+                if (k / 3) % 3 != i {
+                    assert!(v.is_none(), "P{i} learned the result of op {k}");
+                    continue;
+                }
+                let got = fx.decode(v.as_ref().unwrap()[0]);
+                let want = if k % 3 == 1 {
+                    value(k) * value(k)
+                } else {
+                    value(k)
+                };
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "seed {seed} op {k}: {got} != {want}"
+                );
+            }
+        }
+    }
+}

@@ -19,15 +19,20 @@
  *   puma_tensor_free, puma_model_free (NULL is a no-op).
  * - A handle may be used by one thread at a time.
  *
- * The run loop of one operation at one party:
+ * The run loop of one party (one session serves many operations; hosts need not keep
+ * in step: a faster party's frames are kept until the slower one gets there):
  *   puma_session_start_matmul(s, a, b);              (or any puma_session_start_*)
  *   for (;;) {
  *     st = puma_session_poll(s, buf, sizeof buf, &ev);
  *     TRANSMIT: send buf[0..ev.frame_len] to party ev.peer (in order per peer)
  *     YIELDED:  poll again
  *     PENDING:  receive a frame, puma_session_handle_frame(s, from, bytes, len)
- *     DONE:     st == PUMA_OK: puma_session_take_tensor / _take_values / _take_model
+ *     DONE:     st == PUMA_OK: puma_session_take_tensor / _values / _model / _ids,
+ *               then start the next operation (st != PUMA_OK: the session failed and
+ *               started over; the operation is lost)
  *   }
+ * and after the last operation: puma_session_close(s), then the same loop until
+ * PUMA_EVENT_CLOSED. Hand in frames that arrive between operations too.
  */
 
 #ifndef PUMA_H
@@ -36,6 +41,63 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/**
+ * Architecture of `puma_model_info`: GPT-2 (`model_type` `"gpt2"`).
+ */
+#define PUMA_ARCH_GPT2 0
+
+/**
+ * Architecture of `puma_model_info`: a LLaMA-style decoder (`model_type` `"llama"`, or a
+ * GGUF file).
+ */
+#define PUMA_ARCH_LLAMA 1
+
+/**
+ * Architecture of `puma_model_info`: a BERT / RoBERTa encoder (`model_type` `"bert"` or
+ * `"roberta"`).
+ */
+#define PUMA_ARCH_BERT 2
+
+/**
+ * Output of `puma_session_start_encode`: the last hidden state of every position
+ * (`batch·seq_len × d`; padded positions are zeros).
+ */
+#define PUMA_ENCODE_HIDDEN 1
+
+/**
+ * Output of `puma_session_start_encode`: the pooled output (`batch × d`).
+ */
+#define PUMA_ENCODE_POOLED 2
+
+/**
+ * Output of `puma_session_start_encode`: the classification logits (`batch × labels`).
+ */
+#define PUMA_ENCODE_LOGITS 4
+
+/**
+ * Output of `puma_session_start_encode`: mean-pooled, L2-normalised sentence embeddings
+ * (`batch × d`).
+ */
+#define PUMA_ENCODE_EMBEDDINGS 8
+
+/**
+ * Output mode of `puma_session_start_generate`: the last position's logits of each step
+ * are revealed to the client, which picks the next id (greedy) and shares it.
+ */
+#define PUMA_OUTPUT_REVEAL_LOGITS 0
+
+/**
+ * Output mode: the parties compute each step's argmax securely and reveal only the id to
+ * the client.
+ */
+#define PUMA_OUTPUT_SECURE_ARGMAX 1
+
+/**
+ * Output mode: the generated ids stay shared until the end, when they are revealed to
+ * the client.
+ */
+#define PUMA_OUTPUT_PRIVATE 2
 
 /**
  * GeLU method for `puma_session_start_gelu`: PUMA's piecewise polynomial (8 rounds, max
@@ -148,17 +210,23 @@ typedef enum puma_event_kind {
    */
   PUMA_EVENT_YIELDED = 1,
   /**
-   * Nothing to do until a frame arrives (from `peer`, or `PUMA_NO_PARTY` if unknown).
+   * Nothing to do until a frame arrives (from `peer`, or `PUMA_NO_PARTY` if unknown),
+   * or, with no operation running, until the host starts one.
    */
   PUMA_EVENT_PENDING = 2,
   /**
-   * The operation finished: take its result (`PUMA_OK`), or it failed (the status).
+   * The operation finished: take its result (`PUMA_OK`), or the session failed (the
+   * status).
    */
   PUMA_EVENT_DONE = 3,
+  /**
+   * The session was closed (`puma_session_close`) and has sent its last frames.
+   */
+  PUMA_EVENT_CLOSED = 4,
 } puma_event_kind;
 
 /**
- * One party's shares of a GPT-2 model, from `puma_session_take_model`; freed with
+ * One party's shares of a model, from `puma_session_take_model`; freed with
  * `puma_model_free`.
  */
 typedef struct puma_model puma_model;
@@ -175,6 +243,32 @@ typedef struct puma_session puma_session;
  * Shares are never readable from C: values leave only through `puma_session_start_reveal`.
  */
 typedef struct puma_tensor puma_tensor;
+
+/**
+ * The public description of a model, of any architecture.
+ */
+typedef struct puma_model_info {
+  /**
+   * `PUMA_ARCH_GPT2`, `PUMA_ARCH_LLAMA` or `PUMA_ARCH_BERT`.
+   */
+  uint32_t architecture;
+  /**
+   * Transformer blocks.
+   */
+  size_t n_layer;
+  /**
+   * Width of the residual stream.
+   */
+  size_t d_model;
+  /**
+   * Longest input, in tokens (prompt and generated tokens together).
+   */
+  size_t max_positions;
+  /**
+   * Vocabulary size: the number of logits per position.
+   */
+  size_t vocab_size;
+} puma_model_info;
 
 /**
  * The public architecture of a GPT-2 model.
@@ -253,7 +347,8 @@ typedef struct puma_stats {
    */
   uint64_t bytes_received[3];
   /**
-   * Bytes sent by the setup rounds (one per operation).
+   * Bytes sent by the setup rounds (one when the session is created, and one more
+   * after each failure).
    */
   uint64_t setup_bytes_sent;
 } puma_stats;
@@ -315,40 +410,86 @@ enum puma_status puma_fixed_encode(double x, uint32_t frac_bits, uint64_t *out);
 enum puma_status puma_fixed_decode(uint64_t v, uint32_t frac_bits, double *out);
 
 /**
- * Starts sharing a GPT-2 model held by party `owner`. At the owner, `path` is a Hugging
- * Face checkpoint directory (`config.json` + `model.safetensors`, f32/f16/bf16); at the
- * other parties it is the path of the same public `config.json`. Result: a model
- * (`puma_session_take_model`).
+ * Starts sharing a model held by party `owner`, of the architecture that its
+ * `config.json` names (`model_type` `"gpt2"`, `"llama"`, `"bert"` or `"roberta"`) or a
+ * LLaMA GGUF file. At the owner, `path` is a Hugging Face checkpoint directory
+ * (`config.json` + `model.safetensors`, f32/f16/bf16) or a GGUF file; at the other
+ * parties it is the same public `config.json`, a directory holding it, or the GGUF file
+ * (whose metadata is read). Result: a
+ * model (`puma_session_take_model`), usable in this session only.
  *
- * Cost: 1 round; 8 bytes per parameter from the owner.
+ * Cost: rounds of the chunked share (one per 2^22 parameters, at least one; an encoder
+ * one more to announce its heads); 8 bytes per parameter from the owner.
  *
  * Ownership: `path` is only read during the call (the files are loaded at once).
  *
- * Errors: `PUMA_ERR_IO` if a file cannot be read or parsed; `PUMA_ERR_INVALID_ARGUMENT`
- * for a bad owner or weights that do not fit; `PUMA_ERR_WRONG_STATE` if an operation
- * runs or a result waits.
+ * Errors: `PUMA_ERR_IO` if a file cannot be read or parsed, or `config.json` names no
+ * `model_type`; `PUMA_ERR_INVALID_ARGUMENT` for a bad owner or an unsupported
+ * architecture; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
  *
  * # Safety
  * `session` must be a live session used by no other thread; `path` a NUL-terminated
  * string.
+ */
+enum puma_status puma_session_start_model_share(struct puma_session *session,
+                                                uint32_t owner,
+                                                const char *path);
+
+/**
+ * Starts sharing a GPT-2 model held by party `owner`: `puma_session_start_model_share`
+ * for a checkpoint whose `config.json` names `model_type` `"gpt2"`.
+ *
+ * # Safety
+ * As `puma_session_start_model_share`.
  */
 enum puma_status puma_session_start_gpt2_share(struct puma_session *session,
                                                uint32_t owner,
                                                const char *path);
 
 /**
- * Starts one secure GPT-2 forward pass over `len` token ids held by party `client`:
+ * Starts generating `max_new` tokens (greedy, with the secret-shared KV cache: after the
+ * prompt, each step processes one position) after a prompt of `prompt_len` ids held by
+ * party `client`: the client passes its `prompt` ids (each below the vocabulary size),
+ * the other parties `NULL` and the same `prompt_len` (public). `mode` says what the
+ * client learns on the way: `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or
+ * `PUMA_OUTPUT_PRIVATE`. Result: ids (`puma_session_take_ids`), the `max_new` generated
+ * ids at the client and none elsewhere. Ties in the argmax go to the lowest id.
+ *
+ * Ownership: `prompt` is only read during the call; `model` stays owned by the caller
+ * (the operation keeps its own reference, so the model may be freed while it runs).
+ *
+ * Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
+ * `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
+ * a non-client, an unknown mode or a model of another party; `PUMA_ERR_NULL_POINTER` for
+ * no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `model` a live model;
+ * `prompt` `NULL` or valid for reading `prompt_len` values.
+ */
+enum puma_status puma_session_start_generate(struct puma_session *session,
+                                             const struct puma_model *model,
+                                             uint32_t client,
+                                             const uint32_t *prompt,
+                                             size_t prompt_len,
+                                             size_t max_new,
+                                             uint32_t mode);
+
+/**
+ * Starts one secure forward pass of a decoder (GPT-2, LLaMA) over `len` token ids held
+ * by party `client`:
  * the client passes its `ids` (`len` of them, each below the vocabulary size), the other
  * parties `NULL` and the same `len` (public). Result: values
  * (`puma_session_take_values`): the `len × vocab_size` logits of every position
- * (row-major) at the client, nothing elsewhere. Uses the precise GeLU of the model's
- * form and the second-order softmax exponential.
+ * (row-major) at the client, nothing elsewhere. Uses the secure model's default settings
+ * (the precise GeLU or SiLU, the minimax softmax exponential).
  *
  * Ownership: `ids` is only read during the call; `model` stays owned by the caller (the
  * operation keeps its own reference, so the model may be freed while it runs).
  *
- * Errors: `PUMA_ERR_INVALID_ARGUMENT` for `len` outside 1..=n_positions, ids outside the
- * vocabulary, ids at a non-client, a model of another party; `PUMA_ERR_NULL_POINTER` for
+ * Errors: `PUMA_ERR_INVALID_ARGUMENT` for an encoder model, `len` outside
+ * 1..=max_positions, ids outside the vocabulary, ids at a non-client, a model of another
+ * party; `PUMA_ERR_NULL_POINTER` for
  * no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
  *
  * # Safety
@@ -362,12 +503,60 @@ enum puma_status puma_session_start_gpt2_forward(struct puma_session *session,
                                                  size_t len);
 
 /**
- * Writes the model's public architecture to `*out`.
+ * Writes the public description of a model of any architecture to `*out`.
+ *
+ * # Safety
+ * `model` must be a live model; `out` valid for writing one `puma_model_info`.
+ */
+enum puma_status puma_model_get_info(const struct puma_model *model, struct puma_model_info *out);
+
+/**
+ * Writes a GPT-2 model's public architecture to `*out`.
+ *
+ * Errors: `PUMA_ERR_INVALID_ARGUMENT` for a model of another architecture (see
+ * `puma_model_get_info`).
  *
  * # Safety
  * `model` must be a live model; `out` valid for writing one `puma_gpt2_config`.
  */
 enum puma_status puma_model_config(const struct puma_model *model, struct puma_gpt2_config *out);
+
+/**
+ * Starts one secure run of an encoder (BERT, RoBERTa) over a batch of `batch` sequences
+ * padded to `seq_len` tokens, held by party `client`: every party passes the same public
+ * `attention_mask` (`batch × seq_len` bytes, 1 for a real token, 0 for padding: the
+ * sequence lengths are public), the client its `ids` (`batch × seq_len`, each below the
+ * vocabulary size; padded positions are ignored), the others `NULL`. Token types are 0.
+ * `outputs` is a sum of `PUMA_ENCODE_HIDDEN`, `PUMA_ENCODE_POOLED`,
+ * `PUMA_ENCODE_LOGITS` and `PUMA_ENCODE_EMBEDDINGS`. Result: values
+ * (`puma_session_take_values`) at the client, nothing elsewhere: the requested outputs
+ * one after the other in that order, each row-major (hidden: `batch·seq_len × d` with
+ * zeros at padded positions; pooled: `batch × d`; logits: `batch × labels`; embeddings:
+ * `batch × d`).
+ *
+ * Ownership: `ids` and `attention_mask` are only read during the call; `model` stays
+ * owned by the caller.
+ *
+ * Errors: `PUMA_ERR_INVALID_ARGUMENT` for a decoder model, no or unknown outputs, pooled
+ * output or logits from a model without pooler or classifier, a batch that does not fit
+ * the model (an empty sequence, `seq_len` above its positions), ids outside the
+ * vocabulary, ids at a non-client, a model of another party; `PUMA_ERR_NULL_POINTER` for
+ * no mask, or no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a
+ * result waits.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `model` a live model;
+ * `attention_mask` valid for reading `batch × seq_len` bytes; `ids` `NULL` or valid for
+ * reading `batch × seq_len` values.
+ */
+enum puma_status puma_session_start_encode(struct puma_session *session,
+                                           const struct puma_model *model,
+                                           uint32_t client,
+                                           const uint32_t *ids,
+                                           const uint8_t *attention_mask,
+                                           size_t batch,
+                                           size_t seq_len,
+                                           uint32_t outputs);
 
 /**
  * Frees a model. `NULL` is a no-op; a forward pass already started keeps its own
@@ -526,7 +715,9 @@ enum puma_status puma_session_start_reveal(struct puma_session *session,
  * All three parties must pass the same `session_id`; `entropy` must point to
  * `entropy_len` = 32 fresh random bytes (from the OS), different at each party and each
  * session (the library draws no randomness of its own). Fixed point has 18 fractional
- * bits; frames are at most `PUMA_MAX_FRAME_LEN` bytes.
+ * bits; frames are at most `PUMA_MAX_FRAME_LEN` bytes. The session agrees on its keys
+ * once, in a setup round whose frame goes out on the first poll; all its operations then
+ * share them.
  *
  * Ownership: the caller owns the new session and frees it with `puma_session_free`.
  * `entropy` is only read during the call.
@@ -547,6 +738,8 @@ enum puma_status puma_session_new(uint32_t party,
 
 /**
  * Frees a session, with any running operation and untaken result. `NULL` is a no-op.
+ * The session's protocol ends at once, without telling the peers: to end it cleanly,
+ * call `puma_session_close` and poll until `PUMA_EVENT_CLOSED` first.
  *
  * Errors: `PUMA_ERR_INVALID_HANDLE` if `session` is not a live session (e.g. freed
  * already: the second free is detected and does nothing).
@@ -558,11 +751,26 @@ enum puma_status puma_session_new(uint32_t party,
 enum puma_status puma_session_free(struct puma_session *session);
 
 /**
- * Feeds one whole frame received from party `from` (on the authenticated link to it).
+ * Ends the session's protocol after its last operation: the next polls return its last
+ * frames for the peers (`PUMA_EVENT_TRANSMIT`), then `PUMA_EVENT_CLOSED` (and again on
+ * every later poll). A result not taken yet is dropped. Frames that arrive afterwards are
+ * dropped silently. Closing twice is a no-op.
  *
- * A frame of the operation after the current one (a faster peer started it) is kept
- * until that operation starts here; late frames of an operation that has ended here are
- * dropped.
+ * Every party should close after the same last operation: a peer that still waits for
+ * this party's data then fails instead of waiting forever.
+ *
+ * Errors: `PUMA_ERR_WRONG_STATE` if an operation runs; handle errors.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread.
+ */
+enum puma_status puma_session_close(struct puma_session *session);
+
+/**
+ * Feeds one whole frame received from party `from` (on the authenticated link to it).
+ * Hand in every frame as it arrives, also between operations: a faster peer may already
+ * run the next operation, whose frames the session keeps until it gets there. Late
+ * frames of a session that was closed or has failed here are dropped.
  *
  * Ownership: `bytes` is only read during the call.
  *
@@ -570,8 +778,8 @@ enum puma_status puma_session_free(struct puma_session *session);
  * `bytes`; `PUMA_ERR_INVALID_ARGUMENT` if `from` is not a peer (above 2, or this party);
  * `PUMA_ERR_PROTOCOL` for a malformed or unexpected frame (wrong sender, wrong receiver,
  * another session, out of order) and `PUMA_ERR_ABORTED` for a peer's abort frame: the
- * running operation then fails, and the next polls return its abort frames for the peers
- * and the error again with `PUMA_EVENT_DONE`.
+ * session then fails, and the next polls return its abort frames for the peers and the
+ * error again with `PUMA_EVENT_DONE` (see `puma_session_poll`).
  *
  * # Safety
  * `session` must be a live session used by no other thread; `bytes` must be valid for
@@ -584,12 +792,12 @@ enum puma_status puma_session_handle_frame(struct puma_session *session,
 
 /**
  * Tells the running operation that the host's timer for its current wait expired
- * (the library reads no clock). The operation fails: this call returns
+ * (the library reads no clock). The session fails: this call returns
  * `PUMA_ERR_TIMEOUT`, and the next polls return abort frames for the peers and then
  * `PUMA_EVENT_DONE` with `PUMA_ERR_TIMEOUT`.
  *
  * Errors: `PUMA_ERR_TIMEOUT` (the expected result); `PUMA_ERR_WRONG_STATE` if no
- * operation is running; handle errors.
+ * operation is running (or closing); handle errors.
  *
  * # Safety
  * `session` must be a live session used by no other thread.
@@ -597,25 +805,34 @@ enum puma_status puma_session_handle_frame(struct puma_session *session,
 enum puma_status puma_session_handle_timeout(struct puma_session *session);
 
 /**
- * Returns the next thing the host must do for the running operation, in `*out`:
+ * Returns the next thing the host must do, in `*out`:
  * - `PUMA_EVENT_TRANSMIT`: the frame was copied to `buf`; send `out->frame_len` bytes to
  *   party `out->peer`;
  * - `PUMA_EVENT_YIELDED`: poll again;
- * - `PUMA_EVENT_PENDING`: wait for a frame (from `out->peer`, if not `PUMA_NO_PARTY`);
+ * - `PUMA_EVENT_PENDING`: wait for a frame (from `out->peer`, if not `PUMA_NO_PARTY`)
+ *   and hand it in; with no operation running, `PUMA_NO_PARTY` means the session waits
+ *   for a frame or for the host to start an operation;
  * - `PUMA_EVENT_DONE` with `PUMA_OK`: the operation succeeded; take its result with
- *   `puma_session_take_tensor`, `puma_session_take_values` or `puma_session_take_model`
- *   before starting another;
- * - `PUMA_EVENT_DONE` with an error status: the operation failed (the session can start
- *   another one).
+ *   `puma_session_take_tensor`, `_take_values`, `_take_model` or `_take_ids` before
+ *   starting another;
+ * - `PUMA_EVENT_DONE` with an error status: the session failed (also between
+ *   operations) and the running operation, if any, is lost. The session starts over
+ *   with a new setup round (its peers fail too, as they are told), and the host can
+ *   start the next operation;
+ * - `PUMA_EVENT_CLOSED`: after `puma_session_close`, the last frames are out.
+ *
+ * A session may have frames for its peers also when no operation runs (the end of the
+ * last one's epoch, or a peer's need to move on): keep polling while you hand in frames,
+ * e.g. run the loop above whenever a frame arrives.
  *
  * Ownership: `buf` (caller-owned, `buf_len` bytes; a buffer of `PUMA_MAX_FRAME_LEN`
  * always suffices) receives a copy of the frame.
  *
  * Errors: `PUMA_ERR_INSUFFICIENT_SIZE` if the frame does not fit `buf_len`:
  * `out->frame_len` is the size needed and the same frame is returned by the next poll;
- * `PUMA_ERR_WRONG_STATE` if no operation is running; the error of a failed operation
- * (`PUMA_ERR_PROTOCOL`, `PUMA_ERR_ABORTED`, `PUMA_ERR_INVALID_ARGUMENT`, ...). `*out` is
- * written on every status but the pointer and handle errors.
+ * the error of a failed session (`PUMA_ERR_PROTOCOL`, `PUMA_ERR_ABORTED`,
+ * `PUMA_ERR_TIMEOUT`, ...). `*out` is written on every status but the pointer and
+ * handle errors.
  *
  * # Safety
  * `session` must be a live session used by no other thread; `buf` must be valid for
@@ -652,10 +869,11 @@ enum puma_status puma_session_stats(const struct puma_session *session, struct p
 enum puma_status puma_session_take_tensor(struct puma_session *session, struct puma_tensor **out);
 
 /**
- * The number of values the waiting result of a reveal or GPT-2 forward holds at this
- * party (0 at a party that is not the receiver), written to `*out`. The result stays.
+ * The number of values (reveal, GPT-2 forward) or ids (generation) the waiting result
+ * holds at this party (0 at a party that is not the receiver), written to `*out`. The
+ * result stays.
  *
- * Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it holds no values.
+ * Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it holds neither values nor ids.
  *
  * # Safety
  * `session` must be a live session used by no other thread; `out` must be valid for
@@ -685,8 +903,29 @@ enum puma_status puma_session_take_values(struct puma_session *session,
                                           size_t *written);
 
 /**
- * Takes the shared GPT-2 model of `puma_session_start_gpt2_share` and writes a new model
- * handle to `*out`.
+ * Takes the token ids of a generation (`puma_session_start_generate`): copies them to
+ * `out` (room for `out_len` ids) and writes their number to `*written` (0 at a party
+ * that is not the client, which learns nothing).
+ *
+ * Ownership: `out` is caller-owned; the result is consumed on `PUMA_OK`.
+ *
+ * Errors: `PUMA_ERR_INSUFFICIENT_SIZE` if `out_len` is too small: `*written` is the
+ * number needed and the result stays; `PUMA_ERR_WRONG_STATE` if no result waits or it
+ * holds no ids.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `out` must be valid for
+ * writing `out_len` values (may be `NULL` if `out_len` is 0); `written` must be valid
+ * for writing one `size_t`.
+ */
+enum puma_status puma_session_take_ids(struct puma_session *session,
+                                       uint32_t *out,
+                                       size_t out_len,
+                                       size_t *written);
+
+/**
+ * Takes the shared model of `puma_session_start_model_share` (or
+ * `puma_session_start_gpt2_share`) and writes a new model handle to `*out`.
  *
  * Ownership: the caller owns the model and frees it with `puma_model_free`.
  *

@@ -5,13 +5,16 @@
 //! It exposes the core's sans-IO contract: the host brings its own network and moves
 //! frames between the three parties.
 //!
-//! A party creates a session (`puma_session_new`), then runs operations one after the
-//! other: start one (`puma_session_start_share`, `_matmul`, `_gelu`, `_softmax`, ...,
-//! `_gpt2_forward`), feed it the frames received from the peers
-//! (`puma_session_handle_frame`) and poll it (`puma_session_poll`) for frames to send,
-//! with their destination, until `PUMA_EVENT_DONE`; then take the result (a shared tensor,
-//! revealed values or a shared model). A host timer that expires is reported with
-//! `puma_session_handle_timeout`. Counters: `puma_session_stats`.
+//! A party creates a session (`puma_session_new`; one key setup round for its whole life),
+//! then runs operations one after the other: start one (`puma_session_start_share`,
+//! `_matmul`, `_gelu`, `_softmax`, ..., `_model_share`, `_gpt2_forward`, `_generate`),
+//! feed it the frames received from the peers (`puma_session_handle_frame`) and poll it
+//! (`puma_session_poll`) for frames to send, with their destination, until
+//! `PUMA_EVENT_DONE`; then take the result (a shared tensor, revealed values, a shared
+//! model or generated ids). The parties need not keep in step: each host may run ahead by
+//! operations, and frames may arrive late or early. After the last operation,
+//! `puma_session_close` ends the protocol cleanly. A host timer that expires is reported
+//! with `puma_session_handle_timeout`. Counters: `puma_session_stats`.
 //!
 //! Conventions, after rustls-ffi:
 //! - every fallible function returns a [`puma_status`] (`PUMA_OK` = 0) and describes a
@@ -44,8 +47,11 @@ use puma_core::FixedPoint;
 
 pub use error::puma_status;
 pub use model::{
-    puma_gpt2_config, puma_model, puma_model_config, puma_model_free,
-    puma_session_start_gpt2_forward, puma_session_start_gpt2_share,
+    PUMA_ARCH_BERT, PUMA_ARCH_GPT2, PUMA_ARCH_LLAMA, PUMA_ENCODE_EMBEDDINGS, PUMA_ENCODE_HIDDEN,
+    PUMA_ENCODE_LOGITS, PUMA_ENCODE_POOLED, PUMA_OUTPUT_PRIVATE, PUMA_OUTPUT_REVEAL_LOGITS,
+    PUMA_OUTPUT_SECURE_ARGMAX, puma_gpt2_config, puma_model, puma_model_config, puma_model_free,
+    puma_model_get_info, puma_model_info, puma_session_start_encode, puma_session_start_generate,
+    puma_session_start_gpt2_forward, puma_session_start_gpt2_share, puma_session_start_model_share,
 };
 pub use ops::{
     PUMA_GELU_MINIMAX, PUMA_GELU_PRECISE_ERF, PUMA_GELU_PRECISE_TANH, PUMA_GELU_PUMA,
@@ -55,9 +61,10 @@ pub use ops::{
 };
 pub use session::{
     PUMA_MAX_FRAME_LEN, PUMA_NO_PARTY, puma_event, puma_event_kind, puma_session,
-    puma_session_free, puma_session_handle_frame, puma_session_handle_timeout, puma_session_new,
-    puma_session_poll, puma_session_result_len, puma_session_stats, puma_session_take_model,
-    puma_session_take_tensor, puma_session_take_values, puma_stats,
+    puma_session_close, puma_session_free, puma_session_handle_frame, puma_session_handle_timeout,
+    puma_session_new, puma_session_poll, puma_session_result_len, puma_session_stats,
+    puma_session_take_ids, puma_session_take_model, puma_session_take_tensor,
+    puma_session_take_values, puma_stats,
 };
 pub use tensor::{puma_tensor, puma_tensor_free, puma_tensor_from_public, puma_tensor_shape};
 

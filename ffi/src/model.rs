@@ -1,23 +1,75 @@
-//! GPT-2 over shared weights: the owner shares a checkpoint, then all parties run forward
-//! passes on a client's token ids.
+//! Whole models over shared weights: the owner shares a checkpoint within a session, then
+//! all parties run forward passes or generate tokens for a client, in the same session.
+//!
+//! The architecture is read from the checkpoint (`model_type` in `config.json`, or a GGUF
+//! file): GPT-2 and LLaMA-style decoders run on the one decoder path of `puma-layers`
+//! (generation with the KV cache, forward passes), BERT / RoBERTa on its encoder path
+//! (embeddings, pooled output, classification logits).
 
 use std::ffi::{CStr, c_char};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use puma_core::PartyId;
-use puma_layers::nn::{self, SecureSettings, SharedDecoder as SharedGpt2};
-use puma_layers::{Gpt2Config, load_gpt2};
+use puma_core::{Ctx, Error, PartyId};
+use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert};
+use puma_layers::bert::{BertBatch, BertConfig, BertWeights, load_bert};
+use puma_layers::gguf::GgufFile;
+use puma_layers::llama::{LlamaConfig, LlamaWeights, load_gguf, load_hf};
+use puma_layers::nn::{OutputMode, SecureSettings, SharedDecoder, forward_logits, generate};
+use puma_layers::{Gpt2Config, Gpt2Weights, load_gpt2};
 
 use crate::error::{FfiError, entry, puma_status};
 use crate::handle::{self, Handle, Kind};
 use crate::session::{OpResult, party, puma_session};
 
-/// One party's shares of a GPT-2 model, from `puma_session_take_model`; freed with
+/// Architecture of `puma_model_info`: GPT-2 (`model_type` `"gpt2"`).
+pub const PUMA_ARCH_GPT2: u32 = 0;
+/// Architecture of `puma_model_info`: a LLaMA-style decoder (`model_type` `"llama"`, or a
+/// GGUF file).
+pub const PUMA_ARCH_LLAMA: u32 = 1;
+/// Architecture of `puma_model_info`: a BERT / RoBERTa encoder (`model_type` `"bert"` or
+/// `"roberta"`).
+pub const PUMA_ARCH_BERT: u32 = 2;
+
+/// Output of `puma_session_start_encode`: the last hidden state of every position
+/// (`batch·seq_len × d`; padded positions are zeros).
+pub const PUMA_ENCODE_HIDDEN: u32 = 1;
+/// Output of `puma_session_start_encode`: the pooled output (`batch × d`).
+pub const PUMA_ENCODE_POOLED: u32 = 2;
+/// Output of `puma_session_start_encode`: the classification logits (`batch × labels`).
+pub const PUMA_ENCODE_LOGITS: u32 = 4;
+/// Output of `puma_session_start_encode`: mean-pooled, L2-normalised sentence embeddings
+/// (`batch × d`).
+pub const PUMA_ENCODE_EMBEDDINGS: u32 = 8;
+
+/// Output mode of `puma_session_start_generate`: the last position's logits of each step
+/// are revealed to the client, which picks the next id (greedy) and shares it.
+pub const PUMA_OUTPUT_REVEAL_LOGITS: u32 = 0;
+/// Output mode: the parties compute each step's argmax securely and reveal only the id to
+/// the client.
+pub const PUMA_OUTPUT_SECURE_ARGMAX: u32 = 1;
+/// Output mode: the generated ids stay shared until the end, when they are revealed to
+/// the client.
+pub const PUMA_OUTPUT_PRIVATE: u32 = 2;
+
+/// One party's shares of a model of some architecture.
+pub(crate) enum SharedModel {
+    /// A decoder (GPT-2 or LLaMA).
+    Decoder {
+        /// `PUMA_ARCH_GPT2` or `PUMA_ARCH_LLAMA`.
+        arch: u32,
+        /// The shares.
+        model: SharedDecoder,
+    },
+    /// A BERT / RoBERTa encoder.
+    Encoder(SharedBert),
+}
+
+/// One party's shares of a model, from `puma_session_take_model`; freed with
 /// `puma_model_free`.
 pub struct puma_model {
     party: PartyId,
-    shared: Arc<SharedGpt2>,
+    shared: Arc<SharedModel>,
 }
 
 impl Handle for puma_model {
@@ -27,12 +79,29 @@ impl Handle for puma_model {
 
 impl puma_model {
     /// The model `shared` of party `party`.
-    pub(crate) fn new(party: PartyId, shared: SharedGpt2) -> puma_model {
+    pub(crate) fn new(party: PartyId, shared: SharedModel) -> puma_model {
         puma_model {
             party,
             shared: Arc::new(shared),
         }
     }
+}
+
+/// The public description of a model, of any architecture.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct puma_model_info {
+    /// `PUMA_ARCH_GPT2`, `PUMA_ARCH_LLAMA` or `PUMA_ARCH_BERT`.
+    pub architecture: u32,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Longest input, in tokens (prompt and generated tokens together).
+    pub max_positions: usize,
+    /// Vocabulary size: the number of logits per position.
+    pub vocab_size: usize,
 }
 
 /// The public architecture of a GPT-2 model.
@@ -70,24 +139,122 @@ unsafe fn path<'a>(p: *const c_char) -> Result<&'a Path, FfiError> {
         .map_err(|_| FfiError::invalid("`path` is not UTF-8"))
 }
 
-/// Starts sharing a GPT-2 model held by party `owner`. At the owner, `path` is a Hugging
-/// Face checkpoint directory (`config.json` + `model.safetensors`, f32/f16/bf16); at the
-/// other parties it is the path of the same public `config.json`. Result: a model
-/// (`puma_session_take_model`).
+/// What a party loaded to share a model: the public config, and the weights at the owner.
+enum Loaded {
+    Gpt2(Gpt2Config, Option<Gpt2Weights>),
+    Llama(LlamaConfig, Option<LlamaWeights>),
+    Bert(Box<(BertConfig, Option<BertWeights>)>),
+}
+
+/// The `config.json` of `path`: the file itself, or the one in the directory `path`.
+fn config_file(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn io_error(e: &dyn std::fmt::Display) -> FfiError {
+    FfiError::new(puma_status::PUMA_ERR_IO, e.to_string())
+}
+
+/// Reads the architecture from the checkpoint and loads what this party shares: the whole
+/// checkpoint (a directory, or a LLaMA GGUF file) at the owner, the public config (the
+/// `config.json` file, its directory, or the GGUF file) elsewhere.
+fn load(path: &Path, owner: bool) -> Result<Loaded, FfiError> {
+    if path.extension().is_some_and(|e| e == "gguf") {
+        return if owner {
+            let (cfg, w) = load_gguf(path).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Llama(cfg, Some(w)))
+        } else {
+            let file = GgufFile::open(path).map_err(|e| io_error(&e))?;
+            let cfg = LlamaConfig::from_gguf(&file).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Llama(cfg, None))
+        };
+    }
+    let config = config_file(path);
+    let text = std::fs::read_to_string(&config)
+        .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
+    match json.get("model_type").and_then(serde_json::Value::as_str) {
+        Some("gpt2") if owner => {
+            let (cfg, w) = load_gpt2(path).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Gpt2(cfg, Some(w)))
+        }
+        Some("gpt2") => {
+            let cfg = Gpt2Config::from_file(&config).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Gpt2(cfg, None))
+        }
+        Some("llama") if owner => {
+            let (cfg, w) = load_hf(path).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Llama(cfg, Some(w)))
+        }
+        Some("llama") => {
+            let cfg = LlamaConfig::from_file(&config).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Llama(cfg, None))
+        }
+        Some("bert" | "roberta") if owner => {
+            let (cfg, w) = load_bert(path).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Bert(Box::new((cfg, Some(w)))))
+        }
+        Some("bert" | "roberta") => {
+            let cfg = BertConfig::from_file(&config).map_err(|e| io_error(&e))?;
+            Ok(Loaded::Bert(Box::new((cfg, None))))
+        }
+        Some(other) => Err(FfiError::invalid(format!(
+            "model_type {other:?} is not supported (supported: \"gpt2\", \"llama\", \"bert\", \"roberta\")"
+        ))),
+        None => Err(io_error(&format_args!(
+            "{}: no model_type",
+            config.display()
+        ))),
+    }
+}
+
+/// Shares the model that `owner` loaded (an encoder's heads are announced by the owner
+/// first).
+async fn share(ctx: &mut Ctx, owner: PartyId, loaded: Loaded) -> Result<SharedModel, Error> {
+    Ok(match loaded {
+        Loaded::Gpt2(cfg, w) => SharedModel::Decoder {
+            arch: PUMA_ARCH_GPT2,
+            model: SharedDecoder::share(ctx, owner, &cfg, w.as_ref()).await?,
+        },
+        Loaded::Llama(cfg, w) => SharedModel::Decoder {
+            arch: PUMA_ARCH_LLAMA,
+            model: SharedDecoder::share(ctx, owner, &cfg, w.as_ref()).await?,
+        },
+        Loaded::Bert(b) => {
+            let (cfg, w) = *b;
+            let heads = BertHeads::announce(ctx, owner, w.as_ref().map(BertHeads::of)).await?;
+            SharedModel::Encoder(SharedBert::share(ctx, owner, &cfg, heads, w.as_ref()).await?)
+        }
+    })
+}
+
+/// Starts sharing a model held by party `owner`, of the architecture that its
+/// `config.json` names (`model_type` `"gpt2"`, `"llama"`, `"bert"` or `"roberta"`) or a
+/// LLaMA GGUF file. At the owner, `path` is a Hugging Face checkpoint directory
+/// (`config.json` + `model.safetensors`, f32/f16/bf16) or a GGUF file; at the other
+/// parties it is the same public `config.json`, a directory holding it, or the GGUF file
+/// (whose metadata is read). Result: a
+/// model (`puma_session_take_model`), usable in this session only.
 ///
-/// Cost: 1 round; 8 bytes per parameter from the owner.
+/// Cost: rounds of the chunked share (one per 2^22 parameters, at least one; an encoder
+/// one more to announce its heads); 8 bytes per parameter from the owner.
 ///
 /// Ownership: `path` is only read during the call (the files are loaded at once).
 ///
-/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed; `PUMA_ERR_INVALID_ARGUMENT`
-/// for a bad owner or weights that do not fit; `PUMA_ERR_WRONG_STATE` if an operation
-/// runs or a result waits.
+/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed, or `config.json` names no
+/// `model_type`; `PUMA_ERR_INVALID_ARGUMENT` for a bad owner or an unsupported
+/// architecture; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
 ///
 /// # Safety
 /// `session` must be a live session used by no other thread; `path` a NUL-terminated
 /// string.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn puma_session_start_gpt2_share(
+pub unsafe extern "C" fn puma_session_start_model_share(
     session: *mut puma_session,
     owner: u32,
     path: *const c_char,
@@ -99,32 +266,175 @@ pub unsafe extern "C" fn puma_session_start_gpt2_share(
         let owner = party(owner, "owner")?;
         // SAFETY: the caller's contract.
         let path = unsafe { self::path(path) }?;
-        let io = |e: &dyn std::fmt::Display| FfiError::new(puma_status::PUMA_ERR_IO, e.to_string());
-        let (cfg, weights) = if s.me() == owner {
-            let (cfg, w) = load_gpt2(path).map_err(|e| io(&e))?;
-            (cfg, Some(w))
-        } else {
-            (Gpt2Config::from_file(path).map_err(|e| io(&e))?, None)
-        };
+        let loaded = load(path, s.me() == owner)?;
         s.start(move |mut ctx| async move {
-            let m = SharedGpt2::share(&mut ctx, owner, &cfg, weights.as_ref()).await?;
+            let m = share(&mut ctx, owner, loaded).await?;
             Ok(OpResult::Model(Box::new(m)))
         })
     })
 }
 
-/// Starts one secure GPT-2 forward pass over `len` token ids held by party `client`:
+/// Starts sharing a GPT-2 model held by party `owner`: `puma_session_start_model_share`
+/// for a checkpoint whose `config.json` names `model_type` `"gpt2"`.
+///
+/// # Safety
+/// As `puma_session_start_model_share`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_start_gpt2_share(
+    session: *mut puma_session,
+    owner: u32,
+    path: *const c_char,
+) -> puma_status {
+    // SAFETY: the caller's contract, which is the same.
+    unsafe { puma_session_start_model_share(session, owner, path) }
+}
+
+/// Borrows a model of `s`'s party.
+///
+/// # Safety
+/// `model` must be null or a model pointer not being freed by another thread.
+unsafe fn own_model<'a>(
+    s: &puma_session,
+    model: *const puma_model,
+) -> Result<&'a puma_model, FfiError> {
+    // SAFETY: the caller's contract.
+    let m = unsafe { handle::borrow(model) }?;
+    if m.party != s.me() {
+        return Err(FfiError::invalid(
+            "the model belongs to another party's session",
+        ));
+    }
+    Ok(m)
+}
+
+/// The client's token ids, checked: `Some` at the client (which must pass them), `None`
+/// elsewhere (which must not).
+///
+/// # Safety
+/// `ids` must be null or valid for reading `len` values.
+unsafe fn client_ids(
+    s: &puma_session,
+    client: PartyId,
+    ids: *const u32,
+    len: usize,
+    vocab_size: usize,
+) -> Result<Option<Vec<u32>>, FfiError> {
+    match (s.me() == client, ids.is_null()) {
+        (true, true) => Err(FfiError::new(
+            puma_status::PUMA_ERR_NULL_POINTER,
+            "the client must pass its ids",
+        )),
+        (true, false) => {
+            // SAFETY: readable for `len` values by the caller's contract.
+            let v = unsafe { handle::slice(ids, len, "ids") }?;
+            if v.iter().any(|&id| id as usize >= vocab_size) {
+                return Err(FfiError::invalid("an id is outside the vocabulary"));
+            }
+            Ok(Some(v.to_vec()))
+        }
+        (false, true) => Ok(None),
+        (false, false) => Err(FfiError::invalid("only the client passes ids")),
+    }
+}
+
+/// Starts generating `max_new` tokens (greedy, with the secret-shared KV cache: after the
+/// prompt, each step processes one position) after a prompt of `prompt_len` ids held by
+/// party `client`: the client passes its `prompt` ids (each below the vocabulary size),
+/// the other parties `NULL` and the same `prompt_len` (public). `mode` says what the
+/// client learns on the way: `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or
+/// `PUMA_OUTPUT_PRIVATE`. Result: ids (`puma_session_take_ids`), the `max_new` generated
+/// ids at the client and none elsewhere. Ties in the argmax go to the lowest id.
+///
+/// Ownership: `prompt` is only read during the call; `model` stays owned by the caller
+/// (the operation keeps its own reference, so the model may be freed while it runs).
+///
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
+/// `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
+/// a non-client, an unknown mode or a model of another party; `PUMA_ERR_NULL_POINTER` for
+/// no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `model` a live model;
+/// `prompt` `NULL` or valid for reading `prompt_len` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_session_start_generate(
+    session: *mut puma_session,
+    model: *const puma_model,
+    client: u32,
+    prompt: *const u32,
+    prompt_len: usize,
+    max_new: usize,
+    mode: u32,
+) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        s.check_idle()?;
+        // SAFETY: the caller's contract.
+        let m = unsafe { own_model(s, model) }?;
+        let client = party(client, "client")?;
+        let info = m.info();
+        if !matches!(&*m.shared, SharedModel::Decoder { .. }) {
+            return Err(FfiError::invalid(
+                "generation needs a decoder model (GPT-2, LLaMA)",
+            ));
+        }
+        if prompt_len == 0 || max_new == 0 {
+            return Err(FfiError::invalid(
+                "`prompt_len` and `max_new` must be positive",
+            ));
+        }
+        if prompt_len.saturating_add(max_new) > info.max_positions {
+            return Err(FfiError::invalid(format!(
+                "`prompt_len + max_new` must be at most {}",
+                info.max_positions
+            )));
+        }
+        let mode = match mode {
+            PUMA_OUTPUT_REVEAL_LOGITS => OutputMode::RevealLogits,
+            PUMA_OUTPUT_SECURE_ARGMAX => OutputMode::SecureArgmax,
+            PUMA_OUTPUT_PRIVATE => OutputMode::Private,
+            _ => return Err(FfiError::invalid(format!("unknown output mode {mode}"))),
+        };
+        // SAFETY: the caller's contract.
+        let mine = unsafe { client_ids(s, client, prompt, prompt_len, info.vocab_size) }?;
+        let shared = Arc::clone(&m.shared);
+        s.start(move |mut ctx| async move {
+            let SharedModel::Decoder { model, .. } = &*shared else {
+                return Err(Error::bug("generation on an encoder"));
+            };
+            let settings = SecureSettings::default();
+            let g = generate(
+                &mut ctx,
+                model,
+                client,
+                mine.as_deref(),
+                prompt_len,
+                max_new,
+                mode,
+                &settings,
+                None,
+            )
+            .await?;
+            Ok(OpResult::Ids((ctx.me() == client).then_some(g.ids)))
+        })
+    })
+}
+
+/// Starts one secure forward pass of a decoder (GPT-2, LLaMA) over `len` token ids held
+/// by party `client`:
 /// the client passes its `ids` (`len` of them, each below the vocabulary size), the other
 /// parties `NULL` and the same `len` (public). Result: values
 /// (`puma_session_take_values`): the `len × vocab_size` logits of every position
-/// (row-major) at the client, nothing elsewhere. Uses the precise GeLU of the model's
-/// form and the second-order softmax exponential.
+/// (row-major) at the client, nothing elsewhere. Uses the secure model's default settings
+/// (the precise GeLU or SiLU, the minimax softmax exponential).
 ///
 /// Ownership: `ids` is only read during the call; `model` stays owned by the caller (the
 /// operation keeps its own reference, so the model may be freed while it runs).
 ///
-/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for `len` outside 1..=n_positions, ids outside the
-/// vocabulary, ids at a non-client, a model of another party; `PUMA_ERR_NULL_POINTER` for
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for an encoder model, `len` outside
+/// 1..=max_positions, ids outside the vocabulary, ids at a non-client, a model of another
+/// party; `PUMA_ERR_NULL_POINTER` for
 /// no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
 ///
 /// # Safety
@@ -143,50 +453,84 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
         let s = unsafe { handle::borrow_mut(session) }?;
         s.check_idle()?;
         // SAFETY: the caller's contract.
-        let m = unsafe { handle::borrow(model) }?;
-        if m.party != s.me() {
+        let m = unsafe { own_model(s, model) }?;
+        let client = party(client, "client")?;
+        let info = m.info();
+        if !matches!(&*m.shared, SharedModel::Decoder { .. }) {
             return Err(FfiError::invalid(
-                "the model belongs to another party's session",
+                "a forward pass needs a decoder model (GPT-2, LLaMA)",
             ));
         }
-        let client = party(client, "client")?;
-        let spec = m.shared.spec();
-        if len == 0 || len > spec.max_positions {
+        if len == 0 || len > info.max_positions {
             return Err(FfiError::invalid(format!(
                 "`len` must be in 1..={}",
-                spec.max_positions
+                info.max_positions
             )));
         }
-        let mine = match (s.me() == client, ids.is_null()) {
-            (true, true) => {
-                return Err(FfiError::new(
-                    puma_status::PUMA_ERR_NULL_POINTER,
-                    "the client must pass its ids",
-                ));
-            }
-            (true, false) => {
-                // SAFETY: readable for `len` values by the caller's contract.
-                let v = unsafe { handle::slice(ids, len, "ids") }?;
-                if v.iter().any(|&id| id as usize >= spec.vocab) {
-                    return Err(FfiError::invalid("an id is outside the vocabulary"));
-                }
-                Some(v.to_vec())
-            }
-            (false, true) => None,
-            (false, false) => return Err(FfiError::invalid("only the client passes ids")),
-        };
+        // SAFETY: the caller's contract.
+        let mine = unsafe { client_ids(s, client, ids, len, info.vocab_size) }?;
         let shared = Arc::clone(&m.shared);
         s.start(move |mut ctx| async move {
             let settings = SecureSettings::default();
+            let SharedModel::Decoder { model, .. } = &*shared else {
+                return Err(Error::bug("a forward pass on an encoder"));
+            };
             let logits =
-                nn::forward_logits(&mut ctx, &shared, client, mine.as_deref(), len, &settings)
-                    .await?;
+                forward_logits(&mut ctx, model, client, mine.as_deref(), len, &settings).await?;
             Ok(OpResult::Values(logits))
         })
     })
 }
 
-/// Writes the model's public architecture to `*out`.
+impl puma_model {
+    fn info(&self) -> puma_model_info {
+        match &*self.shared {
+            SharedModel::Decoder { arch, model } => {
+                let c = model.spec();
+                puma_model_info {
+                    architecture: *arch,
+                    n_layer: c.layers,
+                    d_model: c.d,
+                    max_positions: c.max_positions,
+                    vocab_size: c.vocab,
+                }
+            }
+            SharedModel::Encoder(m) => {
+                let c = m.config();
+                puma_model_info {
+                    architecture: PUMA_ARCH_BERT,
+                    n_layer: c.num_hidden_layers,
+                    d_model: c.hidden_size,
+                    max_positions: c.max_position_embeddings,
+                    vocab_size: c.vocab_size,
+                }
+            }
+        }
+    }
+}
+
+/// Writes the public description of a model of any architecture to `*out`.
+///
+/// # Safety
+/// `model` must be a live model; `out` valid for writing one `puma_model_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn puma_model_get_info(
+    model: *const puma_model,
+    out: *mut puma_model_info,
+) -> puma_status {
+    entry(|| {
+        handle::check_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let m = unsafe { handle::borrow(model) }?;
+        // SAFETY: checked non-null and aligned; writable by the caller's contract.
+        unsafe { handle::write(out, m.info()) }
+    })
+}
+
+/// Writes a GPT-2 model's public architecture to `*out`.
+///
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for a model of another architecture (see
+/// `puma_model_get_info`).
 ///
 /// # Safety
 /// `model` must be a live model; `out` valid for writing one `puma_gpt2_config`.
@@ -199,7 +543,16 @@ pub unsafe extern "C" fn puma_model_config(
         handle::check_out(out, "out")?;
         // SAFETY: the caller's contract.
         let m = unsafe { handle::borrow(model) }?;
-        let c = m.shared.spec();
+        let SharedModel::Decoder {
+            arch: PUMA_ARCH_GPT2,
+            model,
+        } = &*m.shared
+        else {
+            return Err(FfiError::invalid(
+                "not a GPT-2 model (see puma_model_get_info)",
+            ));
+        };
+        let c = model.spec();
         let cfg = puma_gpt2_config {
             n_layer: c.layers,
             n_embd: c.d,
@@ -209,6 +562,127 @@ pub unsafe extern "C" fn puma_model_config(
         };
         // SAFETY: checked non-null and aligned; writable by the caller's contract.
         unsafe { handle::write(out, cfg) }
+    })
+}
+
+/// Starts one secure run of an encoder (BERT, RoBERTa) over a batch of `batch` sequences
+/// padded to `seq_len` tokens, held by party `client`: every party passes the same public
+/// `attention_mask` (`batch × seq_len` bytes, 1 for a real token, 0 for padding: the
+/// sequence lengths are public), the client its `ids` (`batch × seq_len`, each below the
+/// vocabulary size; padded positions are ignored), the others `NULL`. Token types are 0.
+/// `outputs` is a sum of `PUMA_ENCODE_HIDDEN`, `PUMA_ENCODE_POOLED`,
+/// `PUMA_ENCODE_LOGITS` and `PUMA_ENCODE_EMBEDDINGS`. Result: values
+/// (`puma_session_take_values`) at the client, nothing elsewhere: the requested outputs
+/// one after the other in that order, each row-major (hidden: `batch·seq_len × d` with
+/// zeros at padded positions; pooled: `batch × d`; logits: `batch × labels`; embeddings:
+/// `batch × d`).
+///
+/// Ownership: `ids` and `attention_mask` are only read during the call; `model` stays
+/// owned by the caller.
+///
+/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for a decoder model, no or unknown outputs, pooled
+/// output or logits from a model without pooler or classifier, a batch that does not fit
+/// the model (an empty sequence, `seq_len` above its positions), ids outside the
+/// vocabulary, ids at a non-client, a model of another party; `PUMA_ERR_NULL_POINTER` for
+/// no mask, or no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a
+/// result waits.
+///
+/// # Safety
+/// `session` must be a live session used by no other thread; `model` a live model;
+/// `attention_mask` valid for reading `batch × seq_len` bytes; `ids` `NULL` or valid for
+/// reading `batch × seq_len` values.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn puma_session_start_encode(
+    session: *mut puma_session,
+    model: *const puma_model,
+    client: u32,
+    ids: *const u32,
+    attention_mask: *const u8,
+    batch: usize,
+    seq_len: usize,
+    outputs: u32,
+) -> puma_status {
+    entry(|| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { handle::borrow_mut(session) }?;
+        s.check_idle()?;
+        // SAFETY: the caller's contract.
+        let m = unsafe { own_model(s, model) }?;
+        let client = party(client, "client")?;
+        let SharedModel::Encoder(bert) = &*m.shared else {
+            return Err(FfiError::invalid(
+                "encoding needs an encoder model (BERT, RoBERTa)",
+            ));
+        };
+        let all =
+            PUMA_ENCODE_HIDDEN | PUMA_ENCODE_POOLED | PUMA_ENCODE_LOGITS | PUMA_ENCODE_EMBEDDINGS;
+        if outputs == 0 || outputs & !all != 0 {
+            return Err(FfiError::invalid(format!("unknown outputs {outputs:#x}")));
+        }
+        let want = Outputs {
+            hidden: outputs & PUMA_ENCODE_HIDDEN != 0,
+            pooled: outputs & PUMA_ENCODE_POOLED != 0,
+            logits: outputs & PUMA_ENCODE_LOGITS != 0,
+            embeddings: outputs & PUMA_ENCODE_EMBEDDINGS != 0,
+        };
+        let heads = bert.heads();
+        if (want.pooled && !heads.pooler) || (want.logits && heads.labels == 0) {
+            return Err(FfiError::invalid(
+                "the model has no pooler or no classifier for the requested outputs",
+            ));
+        }
+        let cfg = bert.config();
+        if batch == 0 || seq_len == 0 || seq_len > cfg.max_position_embeddings {
+            return Err(FfiError::invalid(format!(
+                "`batch` must be positive and `seq_len` in 1..={}",
+                cfg.max_position_embeddings
+            )));
+        }
+        let n = batch
+            .checked_mul(seq_len)
+            .ok_or_else(|| FfiError::invalid("`batch × seq_len` overflows"))?;
+        // SAFETY: readable for `n` bytes by the caller's contract.
+        let mask = unsafe { handle::slice(attention_mask, n, "attention_mask") }?;
+        let attention_mask: Vec<bool> = mask.iter().map(|&b| b != 0).collect();
+        // SAFETY: the caller's contract.
+        let mine = unsafe { client_ids(s, client, ids, n, cfg.vocab_size) }?;
+        let input = mine.map(|input_ids| BertBatch {
+            batch,
+            seq_len,
+            input_ids,
+            token_type_ids: vec![0; n],
+            attention_mask: attention_mask.clone(),
+        });
+        if let Some(b) = &input {
+            b.check(cfg).map_err(|e| FfiError::invalid(e.to_string()))?;
+        }
+        let shape = BatchShape {
+            batch,
+            seq_len,
+            attention_mask,
+        };
+        let shared = Arc::clone(&m.shared);
+        s.start(move |mut ctx| async move {
+            let SharedModel::Encoder(bert) = &*shared else {
+                return Err(Error::bug("encoding with a decoder"));
+            };
+            let settings = SecureSettings::default();
+            let r = puma_layers::bert::secure::run(
+                &mut ctx,
+                bert,
+                client,
+                input.as_ref(),
+                &shape,
+                want,
+                &settings,
+            )
+            .await?;
+            let parts = [r.hidden, r.pooled, r.logits, r.embeddings];
+            let values = (ctx.me() == client)
+                .then(|| parts.into_iter().flatten().flatten().collect::<Vec<f64>>());
+            Ok(OpResult::Values(values))
+        })
     })
 }
 

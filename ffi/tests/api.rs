@@ -13,7 +13,7 @@ use std::ffi::CStr;
 use std::ptr;
 
 use puma_ffi::puma_event_kind::{
-    PUMA_EVENT_DONE, PUMA_EVENT_PENDING, PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED,
+    PUMA_EVENT_CLOSED, PUMA_EVENT_DONE, PUMA_EVENT_PENDING, PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED,
 };
 use puma_ffi::puma_status::{self, *};
 use puma_ffi::*;
@@ -102,7 +102,7 @@ impl Parties {
                             ok(st);
                             break;
                         }
-                        PUMA_EVENT_DONE => {
+                        PUMA_EVENT_DONE | PUMA_EVENT_CLOSED => {
                             status[i] = st;
                             done[i] = true;
                             progress = true;
@@ -328,10 +328,10 @@ fn operations_match_plaintext() {
         max_err(&ln_sec, &ln_ref)
     );
 
-    // Every operation had its own setup round: one 64-byte seed frame (32-byte header).
+    // One setup round for all operations: one 64-byte seed frame (32-byte header).
     let st = p.stats(2);
     assert_eq!(st.operations, 14);
-    assert_eq!(st.setup_bytes_sent, 64 * 14);
+    assert_eq!(st.setup_bytes_sent, 64);
     for t in [x, w, c, gamma, beta] {
         free(t);
     }
@@ -503,12 +503,10 @@ fn misuse_returns_the_documented_status() {
             PUMA_ERR_MISALIGNED_POINTER
         );
 
-        // Wrong state: nothing runs, no result waits.
-        assert_eq!(
-            puma_session_poll(s0, ptr::null_mut(), 0, &mut ev),
-            PUMA_ERR_WRONG_STATE
-        );
+        // Wrong state: no result waits (a poll is fine with nothing running: it would
+        // return the setup frame).
         assert_eq!(puma_session_take_tensor(s0, &mut t), PUMA_ERR_WRONG_STATE);
+        assert_eq!(puma_session_handle_timeout(s0), PUMA_ERR_WRONG_STATE);
         assert_eq!(puma_session_result_len(s0, &mut n), PUMA_ERR_WRONG_STATE);
     }
 
@@ -660,27 +658,33 @@ fn misuse_returns_the_documented_status() {
             ok(puma_session_start_mul(p.s[i], a[i], a[i]));
         }
         let buf = &mut p.buf;
-        // P2's own setup frame reaches P1 first, so that P2's abort frame is next in line.
-        ok(puma_session_poll(
-            p.s[2],
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut ev,
-        ));
-        assert_eq!((ev.kind, ev.peer), (PUMA_EVENT_TRANSMIT, 1));
-        ok(puma_session_handle_frame(
-            p.s[1],
-            2,
-            buf.as_ptr(),
-            ev.frame_len,
-        ));
-        ok(puma_session_poll(
-            p.s[0],
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut ev,
-        ));
-        assert_eq!((ev.kind, ev.peer), (PUMA_EVENT_TRANSMIT, 2));
+        // P0's first frame for P2, with every other frame delivered; P2's own frames all
+        // went out before, so that its abort frames are next in line at its peers.
+        'found: loop {
+            for i in [1usize, 2, 0] {
+                loop {
+                    ok(puma_session_poll(
+                        p.s[i],
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut ev,
+                    ));
+                    if ev.kind == PUMA_EVENT_PENDING {
+                        break;
+                    }
+                    assert_eq!(ev.kind, PUMA_EVENT_TRANSMIT);
+                    if i == 0 && ev.peer == 2 {
+                        break 'found;
+                    }
+                    ok(puma_session_handle_frame(
+                        p.s[ev.peer as usize],
+                        i as u32,
+                        buf.as_ptr(),
+                        ev.frame_len,
+                    ));
+                }
+            }
+        }
         let len = ev.frame_len;
         let from_self = puma_session_handle_frame(p.s[2], 2, buf.as_ptr(), len);
         assert_eq!(from_self, PUMA_ERR_INVALID_ARGUMENT);
@@ -779,9 +783,313 @@ fn a_timeout_fails_the_operation_and_aborts_it_at_the_peers() {
             to.push(ev.peer);
         }
         assert_eq!(to, vec![1, 2]);
+        // The session started over: the next poll returns the new setup frame, for P2.
+        ok(puma_session_poll(
+            p.s[0],
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut ev,
+        ));
         assert_eq!(
-            puma_session_poll(p.s[0], buf.as_mut_ptr(), buf.len(), &mut ev),
+            (ev.kind, ev.peer, ev.frame_len),
+            (PUMA_EVENT_TRANSMIT, 2, 64)
+        );
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
+    }
+}
+
+/// Greedy generation with the KV cache through the C API on the embedded Shakespeare
+/// GPT-2: one model share, then a generation in each output mode, all in one session (one
+/// setup round); the client's ids are the plaintext model's, the others learn none.
+#[test]
+fn generation_on_the_shakespeare_model_matches_the_plaintext_model() {
+    use puma_layers::gpt2::plain::PlainGpt2;
+    const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
+    let prompt = tokenizer.encode("ROMEO:");
+    let max_new = 4;
+    let plain = PlainGpt2::load(std::path::Path::new(MODEL)).unwrap();
+    let want = plain.generate_greedy(&prompt, max_new).unwrap();
+    println!("ROMEO:{}", tokenizer.decode(&want).unwrap());
+
+    let mut p = Parties::new(21);
+    let dir = std::ffi::CString::new(MODEL).unwrap();
+    for s in p.s {
+        // Every party may pass the directory: only the owner (P2) reads the weights.
+        // SAFETY: live session, NUL-terminated path.
+        ok(unsafe { puma_session_start_model_share(s, 2, dir.as_ptr()) });
+    }
+    p.run();
+    let models = p.s.map(|s| {
+        let mut m = ptr::null_mut();
+        // SAFETY: live session, valid out pointer.
+        ok(unsafe { puma_session_take_model(s, &mut m) });
+        m
+    });
+    let mut info = puma_model_info::default();
+    // SAFETY: live model, valid out pointer.
+    ok(unsafe { puma_model_get_info(models[0], &mut info) });
+    assert_eq!(
+        (
+            info.architecture,
+            info.n_layer,
+            info.d_model,
+            info.vocab_size
+        ),
+        (PUMA_ARCH_GPT2, 4, 256, 50257)
+    );
+    for mode in [
+        PUMA_OUTPUT_REVEAL_LOGITS,
+        PUMA_OUTPUT_SECURE_ARGMAX,
+        PUMA_OUTPUT_PRIVATE,
+    ] {
+        for (i, s) in p.s.iter().enumerate() {
+            let ids = if i == 0 { prompt.as_ptr() } else { ptr::null() };
+            // SAFETY: live session and model; ids null or prompt.len() values.
+            ok(unsafe {
+                puma_session_start_generate(*s, models[i], 0, ids, prompt.len(), max_new, mode)
+            });
+        }
+        p.run();
+        for i in 0..3 {
+            let mut n = usize::MAX;
+            // SAFETY: live session, valid out pointer.
+            ok(unsafe { puma_session_result_len(p.s[i], &mut n) });
+            let mut got = vec![0u32; n];
+            let mut written = usize::MAX;
+            // SAFETY: live session, n ids, valid out pointer.
+            ok(unsafe { puma_session_take_ids(p.s[i], got.as_mut_ptr(), n, &mut written) });
+            assert_eq!(written, n);
+            if i == 0 {
+                assert_eq!(got, want, "mode {mode}");
+            } else {
+                assert_eq!(n, 0, "P{i} learned the ids");
+            }
+        }
+    }
+    for m in models {
+        // SAFETY: each model freed once.
+        ok(unsafe { puma_model_free(m) });
+    }
+    assert_eq!(p.stats(1).setup_bytes_sent, 64);
+}
+
+/// Closing: each party sends its last frames and reports `PUMA_EVENT_CLOSED` (again on
+/// later polls); frames that reach a closed session are dropped without error; nothing
+/// starts on a closed session.
+#[test]
+fn a_closed_session_drops_late_frames() {
+    let mut p = Parties::new(31);
+    let r = p.share(1, &[1.5, -2.0], 1, 2);
+    assert_eq!(p.reveal(r), vec![1.5, -2.0]);
+    free(r);
+    let mut ev = empty_event();
+    // SAFETY: live sessions, buffers as described.
+    unsafe {
+        for s in p.s {
+            ok(puma_session_close(s));
+            ok(puma_session_close(s));
+        }
+        // Every frame is handed in, also to a party that has closed meanwhile.
+        let mut closed = [false; 3];
+        let mut late = 0;
+        while closed.iter().any(|c| !c) {
+            let mut progress = false;
+            for i in 0..3 {
+                while !closed[i] {
+                    let buf = &mut p.buf;
+                    ok(puma_session_poll(
+                        p.s[i],
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut ev,
+                    ));
+                    match ev.kind {
+                        PUMA_EVENT_TRANSMIT => {
+                            late += usize::from(closed[ev.peer as usize]);
+                            ok(puma_session_handle_frame(
+                                p.s[ev.peer as usize],
+                                i as u32,
+                                buf.as_ptr(),
+                                ev.frame_len,
+                            ));
+                        }
+                        PUMA_EVENT_PENDING => break,
+                        PUMA_EVENT_CLOSED => closed[i] = true,
+                        other => panic!("P{i}: {other:?}"),
+                    }
+                    progress = true;
+                }
+            }
+            assert!(progress, "no party can close");
+        }
+        assert!(late > 0, "no frame reached a closed session");
+        let buf = &mut p.buf;
+        ok(puma_session_poll(
+            p.s[0],
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut ev,
+        ));
+        assert_eq!(ev.kind, PUMA_EVENT_CLOSED);
+        let v = [1.0];
+        assert_eq!(
+            puma_session_start_share(p.s[0], 0, v.as_ptr(), 1, 1, 1),
             PUMA_ERR_WRONG_STATE
         );
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
+    }
+    // One setup round, one share and one reveal: two rounds.
+    let st = p.stats(2);
+    assert_eq!((st.operations, st.rounds, st.setup_bytes_sent), (2, 2, 64));
+}
+
+/// Shares the model at `path` (owner P1) in `p`'s sessions and takes each party's handle.
+fn share_model(p: &mut Parties, path: &str) -> Triple<puma_model> {
+    let path = std::ffi::CString::new(path).unwrap();
+    for s in p.s {
+        // SAFETY: live session, NUL-terminated path.
+        ok(unsafe { puma_session_start_model_share(s, 1, path.as_ptr()) });
+    }
+    p.run();
+    p.s.map(|s| {
+        let mut m = ptr::null_mut();
+        // SAFETY: live session, valid out pointer.
+        ok(unsafe { puma_session_take_model(s, &mut m) });
+        m
+    })
+}
+
+/// LLaMA (the tiny random checkpoint: GQA, RoPE, SwiGLU) through the C API: the generated
+/// ids in every output mode equal the plaintext model's greedy ids, in one session.
+#[test]
+fn llama_generation_through_the_c_api_matches_the_plaintext_model() {
+    use puma_layers::llama::plain::PlainLlama;
+    const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/llama-tiny-random");
+    let (cfg, w) = puma_layers::llama::load_hf(std::path::Path::new(MODEL)).unwrap();
+    let plain = PlainLlama::new(cfg, w).unwrap();
+    let prompt = vec![19556u32, 905, 42];
+    let max_new = 3;
+    let want = plain.generate_greedy(&prompt, max_new).unwrap();
+    let mut p = Parties::new(31);
+    let models = share_model(&mut p, MODEL);
+    let mut info = puma_model_info::default();
+    // SAFETY: live model, valid out pointer.
+    ok(unsafe { puma_model_get_info(models[2], &mut info) });
+    assert_eq!(
+        (info.architecture, info.n_layer, info.d_model),
+        (PUMA_ARCH_LLAMA, 2, 64)
+    );
+    for mode in [
+        PUMA_OUTPUT_REVEAL_LOGITS,
+        PUMA_OUTPUT_SECURE_ARGMAX,
+        PUMA_OUTPUT_PRIVATE,
+    ] {
+        for (i, s) in p.s.iter().enumerate() {
+            let ids = if i == 0 { prompt.as_ptr() } else { ptr::null() };
+            // SAFETY: live session and model; ids null or prompt.len() values.
+            ok(unsafe {
+                puma_session_start_generate(*s, models[i], 0, ids, prompt.len(), max_new, mode)
+            });
+        }
+        p.run();
+        for i in 0..3 {
+            let mut got = vec![0u32; max_new];
+            let mut written = usize::MAX;
+            // SAFETY: live session, max_new ids, valid out pointer.
+            ok(unsafe { puma_session_take_ids(p.s[i], got.as_mut_ptr(), max_new, &mut written) });
+            if i == 0 {
+                assert_eq!(got, want, "mode {mode}");
+            } else {
+                assert_eq!(written, 0, "P{i} learned the ids");
+            }
+        }
+    }
+    for m in models {
+        // SAFETY: each model freed once.
+        ok(unsafe { puma_model_free(m) });
+    }
+}
+
+/// BERT (the tiny random checkpoint) through the C API: a padded batch of two sequences,
+/// the sentence embeddings and classification logits equal the plaintext model's within
+/// the secure bounds; a decoder operation on an encoder is refused.
+#[test]
+fn bert_encoding_through_the_c_api_matches_the_plaintext_model() {
+    use puma_layers::bert::plain::mean_pool_normalized;
+    use puma_layers::bert::{BertBatch, PlainBert};
+    const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/bert-tiny-random");
+    let plain = PlainBert::load(std::path::Path::new(MODEL)).unwrap();
+    let seqs = vec![
+        (vec![101u32, 7592, 2088, 102], vec![0u32; 4]),
+        (vec![101u32, 2023, 102], vec![0u32; 3]),
+    ];
+    let batch = BertBatch::padded(&seqs, 0).unwrap();
+    let out = plain.forward(&batch).unwrap();
+    let emb = mean_pool_normalized(out.last_hidden_state.view(), &batch);
+    let logits = out.logits.clone().unwrap();
+    let mask: Vec<u8> = batch.attention_mask.iter().map(|&m| u8::from(m)).collect();
+    let mut p = Parties::new(41);
+    let models = share_model(&mut p, MODEL);
+    let mut info = puma_model_info::default();
+    // SAFETY: live model, valid out pointer.
+    ok(unsafe { puma_model_get_info(models[1], &mut info) });
+    assert_eq!(info.architecture, PUMA_ARCH_BERT);
+    let prompt = [1u32];
+    // SAFETY: live session and model; one id.
+    let st = unsafe { puma_session_start_generate(p.s[0], models[0], 0, prompt.as_ptr(), 1, 1, 0) };
+    assert_eq!(
+        st,
+        puma_status::PUMA_ERR_INVALID_ARGUMENT,
+        "{}",
+        last_error()
+    );
+    let outputs = PUMA_ENCODE_LOGITS | PUMA_ENCODE_EMBEDDINGS;
+    for (i, s) in p.s.iter().enumerate() {
+        let ids = if i == 0 {
+            batch.input_ids.as_ptr()
+        } else {
+            ptr::null()
+        };
+        // SAFETY: live session and model; mask and ids of batch × seq_len values.
+        ok(unsafe {
+            puma_session_start_encode(
+                *s,
+                models[i],
+                0,
+                ids,
+                mask.as_ptr(),
+                batch.batch,
+                batch.seq_len,
+                outputs,
+            )
+        });
+    }
+    p.run();
+    let mut got = Vec::new();
+    for i in 0..3 {
+        let mut n = usize::MAX;
+        // SAFETY: live session, valid out pointer.
+        ok(unsafe { puma_session_result_len(p.s[i], &mut n) });
+        let mut v = vec![f64::NAN; n];
+        let mut written = usize::MAX;
+        // SAFETY: live session, n doubles, valid out pointer.
+        ok(unsafe { puma_session_take_values(p.s[i], v.as_mut_ptr(), n, &mut written) });
+        if i == 0 {
+            got = v;
+        } else {
+            assert_eq!(n, 0, "P{i} learned the outputs");
+        }
+    }
+    let want: Vec<f64> = logits.iter().chain(emb.iter()).copied().collect();
+    assert_eq!(got.len(), want.len());
+    let (gl, ge) = got.split_at(logits.len());
+    let (wl, we) = want.split_at(logits.len());
+    let (el, ee) = (max_err(gl, wl), max_err(ge, we));
+    println!("BERT through C: logits {el:.2e}, embeddings {ee:.2e}");
+    assert!(el <= 5e-4 && ee <= 5e-3, "logits {el}, embeddings {ee}");
+    for m in models {
+        // SAFETY: each model freed once.
+        ok(unsafe { puma_model_free(m) });
     }
 }

@@ -1,8 +1,9 @@
 //! The C and Python examples, built and run against the library this test run built:
-//! the C program with the system C compiler (and again under valgrind), the Python one
-//! with ctypes. Each checks its secure results against a plaintext computation and exits
-//! non-zero otherwise. Also from C: misuse (`tests/c/misuse.c`, under valgrind) and the
-//! struct layouts.
+//! the C programs with the system C compiler (and again under valgrind), the Python ones
+//! with ctypes. Each checks its secure results against a plaintext computation (or prints
+//! generated ids that the test checks against the plaintext model). Also from C: misuse
+//! (`tests/c/misuse.c`, under valgrind), parties on threads with delayed, queued frames
+//! (`tests/c/async_parties.c`) and the struct layouts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -48,10 +49,21 @@ fn tool(name: &str) -> Command {
 
 /// Compiles the C program `src` (relative to the repository) against the static library.
 fn build_c(src: &str, dir: &Path) -> PathBuf {
+    build_c_with(src, dir, &[])
+}
+
+/// [`build_c`] of a program that uses threads.
+fn build_c_threads(src: &str, dir: &Path) -> PathBuf {
+    build_c_with(src, dir, &["-pthread"])
+}
+
+fn build_c_with(src: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let exe = dir.join(Path::new(src).file_stem().unwrap());
     let out = tool(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(flags)
+        .arg("-I")
         .arg(repo().join("ffi/include"))
         .arg(repo().join(src))
         .arg(built_library("libpuma_ffi.a"))
@@ -77,20 +89,22 @@ fn c_example_runs_and_is_clean_under_valgrind() {
     valgrind_clean(&exe);
 }
 
-/// Runs `exe` under valgrind: no invalid access, no use of uninitialised memory, and
-/// nothing definitely, indirectly or possibly lost at exit (exit code 99 otherwise); the
-/// program itself must print "ok".
-fn valgrind_clean(exe: &Path) {
-    let out = tool("valgrind")
-        .args([
-            "--error-exitcode=99",
-            "--leak-check=full",
-            "--show-leak-kinds=definite,indirect,possible",
-            "--errors-for-leak-kinds=definite,indirect,possible",
-        ])
-        .arg(exe)
-        .output()
-        .unwrap();
+/// valgrind, set to fail (exit code 99) on any invalid access, use of uninitialised
+/// memory, or anything definitely, indirectly or possibly lost at exit.
+fn valgrind() -> Command {
+    let mut c = tool("valgrind");
+    c.args([
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--show-leak-kinds=definite,indirect,possible",
+        "--errors-for-leak-kinds=definite,indirect,possible",
+    ]);
+    c
+}
+
+/// Runs `valgrind` (with its program): it must be clean and the program must print "ok".
+fn valgrind_clean_output(mut valgrind: Command) -> Output {
+    let out = valgrind.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -107,6 +121,14 @@ fn valgrind_clean(exe: &Path) {
             .lines()
             .any(|l| l == "ok")
     );
+    out
+}
+
+/// Runs `exe` under valgrind: clean, and the program prints "ok".
+fn valgrind_clean(exe: &Path) {
+    let mut v = valgrind();
+    v.arg(exe);
+    valgrind_clean_output(v);
 }
 
 #[test]
@@ -179,4 +201,143 @@ int main(void) {
         size_of::<puma_gpt2_config>(),
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
+
+/// The prompt of the generations below, "Hello world" (GPT-2 ids).
+const PROMPT: [u32; 2] = [15496, 995];
+
+/// Greedy ids of the plaintext model in `models/<name>` after [`PROMPT`].
+fn plain_ids(name: &str, max_new: usize) -> Vec<u32> {
+    let plain =
+        puma_layers::gpt2::plain::PlainGpt2::load(&repo().join("models").join(name)).unwrap();
+    plain.generate_greedy(&PROMPT, max_new).unwrap()
+}
+
+/// The C API under an asynchronous host (`tests/c/async_parties.c`): a thread per party,
+/// a queue per inbox, random 0-2 ms delays per frame and no barrier between operations;
+/// 200 mixed operations checked in C against plain doubles, then a GPT-2 generation in the
+/// same session (output mode by seed), whose ids must be the plaintext model's. 20 runs,
+/// ten at a time (the runs mostly sleep).
+#[test]
+fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_threads("ffi/tests/c/async_parties.c", dir.path());
+    let model = repo().join("models/gpt2-tiny-random");
+    let want: Vec<String> = plain_ids("gpt2-tiny-random", 3)
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let want = format!("ids: {}", want.join(" "));
+    for batch in (1..=20u64).collect::<Vec<_>>().chunks(10) {
+        let children: Vec<_> = batch
+            .iter()
+            .map(|seed| {
+                Command::new(&exe)
+                    .arg(seed.to_string())
+                    .arg(&model)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (seed, child) in batch.iter().zip(children) {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "seed {seed}: {}", show(&out));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.lines().any(|l| l == want),
+                "seed {seed}: want {want:?}: {}",
+                show(&out)
+            );
+            assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
+        }
+    }
+}
+
+/// The prompt of the text examples, and the plaintext Shakespeare model's greedy ids after
+/// it.
+fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
+    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
+    let prompt = tokenizer.encode("ROMEO:");
+    // As the examples' docs say.
+    assert_eq!(prompt, [33676, 4720, 25]);
+    let plain =
+        puma_layers::gpt2::plain::PlainGpt2::load(&repo().join("models/gpt2-shakespeare")).unwrap();
+    let want = plain.generate_greedy(&prompt, max_new).unwrap();
+    println!("ROMEO:{:?}", tokenizer.decode(&want).unwrap_or_default());
+    (prompt, want)
+}
+
+fn ids_line(ids: &[u32]) -> String {
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    format!("ids: {}", ids.join(" "))
+}
+
+/// `examples/c/generate.c`: text generation with the embedded Shakespeare GPT-2 through
+/// the C API gives the plaintext model's ids. Under valgrind it runs small: the tiny
+/// model, a one-token prompt and two tokens (valgrind is some 50 times slower).
+#[test]
+fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c("examples/c/generate.c", dir.path());
+    let (prompt, want) = shakespeare(6);
+    let args: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let out = Command::new(&exe)
+        .arg(repo().join("models/gpt2-shakespeare"))
+        .arg("6")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "C example failed: {}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "want {want:?}: {}",
+        show(&out)
+    );
+
+    let tiny = repo().join("models/gpt2-tiny-random");
+    let plain = puma_layers::gpt2::plain::PlainGpt2::load(&tiny).unwrap();
+    let want = plain.generate_greedy(&PROMPT[..1], 2).unwrap();
+    let mut valgrind = valgrind();
+    valgrind
+        .arg(&exe)
+        .arg(&tiny)
+        .arg("2")
+        .arg(PROMPT[0].to_string());
+    let out = valgrind_clean_output(valgrind);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "{}",
+        show(&out)
+    );
+}
+
+/// `examples/python/generate.py`: text generation with the embedded Shakespeare GPT-2
+/// from Python (ctypes) gives the plaintext model's ids.
+#[test]
+fn python_generation_example_matches_the_plaintext_model() {
+    let (prompt, want) = shakespeare(4);
+    let out = tool("python3")
+        .arg(repo().join("examples/python/generate.py"))
+        .arg(repo().join("models/gpt2-shakespeare"))
+        .arg("4")
+        .args(prompt.iter().map(u32::to_string))
+        .env("PUMA_FFI_LIB", built_library("libpuma_ffi.so"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Python example failed: {}",
+        show(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == ids_line(&want)),
+        "{}",
+        show(&out)
+    );
+    assert!(stdout.lines().any(|l| l == "ok"), "{}", show(&out));
 }

@@ -9,8 +9,8 @@ mod llama_common;
 use std::sync::Arc;
 
 use llama_common::{Reference, max_abs_diff, model_dir};
-use puma_core::sim::Sim;
 use puma_core::PartyId;
+use puma_core::sim::Sim;
 use puma_layers::llama::load_hf;
 use puma_layers::llama::plain::PlainLlama;
 use puma_layers::nn::{OutputMode, SecureSettings, SharedDecoder, forward_logits, generate};

@@ -271,9 +271,6 @@ pub type PartyRun<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> +
 /// Most sequences of an encoder batch the others accept from the client.
 pub const MAX_BATCH: usize = 4096;
 
-/// Most classification labels the others accept from the owner.
-pub const MAX_LABELS: usize = 1 << 16;
-
 /// The client announces public sizes to both peers; the others receive them. Returns them.
 async fn announce(
     ctx: &mut Ctx,
@@ -378,32 +375,19 @@ pub fn encoder_protocol(
                 settings,
             } = job;
             // Round 1: the owner's heads and the client's batch size, together.
-            let heads = weights.as_deref().map(|w| {
-                let h = BertHeads::of(w);
-                vec![u64::from(h.pooler), h.labels as u64]
-            });
+            let heads = weights.as_deref().map(BertHeads::of);
             let dims = batch
                 .as_ref()
                 .map(|b| vec![b.batch as u64, b.seq_len as u64]);
             let (mut ch, mut cd) = (ctx.fork(), ctx.fork());
             let (heads, dims) = puma_core::try_join(
-                announce(&mut ch, OWNER, heads, 2),
+                BertHeads::announce(&mut ch, OWNER, heads),
                 announce(&mut cd, CLIENT, dims, 2),
             )
             .await?;
             let (nb, len) = (size(&dims, 0), size(&dims, 1));
-            let labels = size(&heads, 1);
-            let heads = BertHeads {
-                pooler: heads.first().is_some_and(|&p| p != 0),
-                labels,
-            };
-            if nb == 0
-                || nb > MAX_BATCH
-                || len == 0
-                || len > config.max_position_embeddings
-                || labels > MAX_LABELS
-            {
-                return Err(if me == CLIENT || me == OWNER {
+            if nb == 0 || nb > MAX_BATCH || len == 0 || len > config.max_position_embeddings {
+                return Err(if me == CLIENT {
                     Error::misuse("the batch does not fit the model")
                 } else {
                     Error::protocol(CLIENT, "announced sizes do not fit the model")

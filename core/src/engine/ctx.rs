@@ -375,6 +375,42 @@ impl Ctx {
         self.charge((n as u64).saturating_mul(budget::PRSS_WORD));
     }
 
+    /// Waits until `ready` returns a value, for input that comes from this party's host
+    /// (e.g. the next operation of a long-running session), not from a peer: the end of one
+    /// step of the protocol and the start of the next.
+    ///
+    /// The first poll always waits: the party ends its epoch there, marked IDLE, so that
+    /// the step completes at the peers without more input from this party's host. The next
+    /// step starts, at every party, in the epoch after all three have ended the step; until
+    /// the host provides the input, the party holds its epoch open (see the engine's module
+    /// docs, "Idle sessions") and [`Session::poll_output`] returns
+    /// `Pending { waiting_for: None }`: poll again after providing it. Every party must call
+    /// this the same number of times (once per step), like any other protocol call, and
+    /// from the session's only running task (not beside a receive in a [`join`]: the step
+    /// ends only when nothing else waits).
+    ///
+    /// [`join`]: crate::join
+    ///
+    /// [`Session::poll_output`]: crate::Session::poll_output
+    pub async fn wait_for_host<R>(&self, mut ready: impl FnMut() -> Option<R>) -> R {
+        let mailbox = self.shared.mailbox.clone();
+        let mut began = false;
+        poll_fn(|_cx| {
+            let r = if began { ready() } else { None };
+            match r {
+                Some(r) => Poll::Ready(r),
+                None => {
+                    let mut mb = mailbox.lock();
+                    mb.host_wait = true;
+                    mb.host_wait_began |= !began;
+                    began = true;
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+
     fn next_draw(&mut self) -> u64 {
         let n = self.draws;
         self.draws += 1;

@@ -50,6 +50,12 @@ pub(crate) struct Mailbox {
     pub(crate) visible: u32,
     /// A task asked to yield to the host.
     pub(crate) yield_requested: bool,
+    /// A task waits for its host, not for a peer ([`Ctx::wait_for_host`]).
+    ///
+    /// [`Ctx::wait_for_host`]: crate::Ctx::wait_for_host
+    pub(crate) host_wait: bool,
+    /// That wait began in this poll (the step before it has just ended).
+    pub(crate) host_wait_began: bool,
     /// Bytes held in `inbound` and `partial`.
     pub(crate) buffered: usize,
     /// Payload bytes queued per peer (for stats).

@@ -46,6 +46,30 @@
 //! tag order, not in the order tasks queued them), every result and every round count are
 //! the same for any budget. Each poll admits its first block whatever its size, so a tiny
 //! budget is exceeded rather than stalling.
+//!
+//! # Idle sessions
+//! A long-running protocol may wait for its host rather than for a peer
+//! ([`Ctx::wait_for_host`]: a session that runs the operations its host starts one after
+//! the other, each a step). When every task waits so, the session is idle:
+//! - when the wait begins, the party ends its epoch, marked IDLE (with ACTIVE if it queued
+//!   records), so that the step it just finished completes at its peers without more
+//!   input from its host. An epoch whose END frames carry no ACTIVE but some IDLE flag is
+//!   not a deadlock (and not a round). Each party counts the IDLE ends of its peers;
+//! - a party starts its next step only in an epoch that follows both peers' IDLE end of
+//!   the step it finished: all three start every step in the same epoch, whatever the
+//!   timing of hosts and links (so rounds stay deterministic). While a peer is behind, the
+//!   party ends each epoch once that peer has ended it, and reports
+//!   `Pending { waiting_for: Some(peer) }`;
+//! - otherwise, until its host provides the input, the party holds its epoch open and does
+//!   not end it for nothing (an epoch in which no party sent anything would be a deadlock).
+//!   It ends it only once a peer's END frame of the epoch is ACTIVE (the peers exchange
+//!   data and need it) or IDLE (a peer finished a step). `poll_output` returns
+//!   `Pending { waiting_for: None }`; the host polls again after providing the input or
+//!   handing in a frame. Frames of faster peers are buffered as usual (within
+//!   [`Config::max_buffered_bytes`]).
+//!
+//! IDLE ends come once per step and party, so idle parties never exchange empty epochs
+//! forever.
 
 pub(crate) mod budget;
 pub(crate) mod ctx;
@@ -179,7 +203,9 @@ pub enum Output<T> {
     Transmit(Transmit),
     /// Long local work was split; call `poll_output` again.
     Yielded,
-    /// Nothing to do until a frame arrives (from `waiting_for`, if known).
+    /// Nothing to do until a frame arrives (from `waiting_for`, if known), or, for an idle
+    /// session (`waiting_for: None`, see the module docs), until the host gives the
+    /// protocol the input it waits for.
     Pending {
         /// The first peer whose data is missing.
         waiting_for: Option<PartyId>,
@@ -242,6 +268,18 @@ enum Phase<T> {
     Finished,
 }
 
+/// What [`Session::poll_output`] does with a running protocol.
+enum Hold {
+    /// Poll it.
+    Poll,
+    /// Not now: this epoch ended; go round again.
+    Again,
+    /// Not now: wait for a frame (from this peer, if known).
+    Wait(Option<PartyId>),
+    /// The session failed.
+    Fail(Error),
+}
+
 /// What this party knows of one peer's progress.
 #[derive(Clone, Copy, Default)]
 struct PeerProgress {
@@ -252,6 +290,10 @@ struct PeerProgress {
     /// ACTIVE flags of the END frames of epochs `ended - 1` and `ended`
     /// (a peer runs at most one epoch ahead).
     active: [bool; 2],
+    /// IDLE flags of the same END frames.
+    idle: [bool; 2],
+    /// END frames with IDLE so far: steps the peer finished.
+    steps: u64,
 }
 
 impl PeerProgress {
@@ -262,10 +304,19 @@ impl PeerProgress {
 
     /// Whether the peer sent any record in `epoch` (which it has ended).
     fn was_active(&self, epoch: u32) -> bool {
-        if epoch == self.ended {
-            self.active[1]
-        } else if epoch + 1 == self.ended {
-            self.active[0]
+        Self::flag(&self.active, self.ended, epoch)
+    }
+
+    /// Whether the peer ended `epoch` because its protocol waits for its host.
+    fn was_idle(&self, epoch: u32) -> bool {
+        Self::flag(&self.idle, self.ended, epoch)
+    }
+
+    fn flag(flags: &[bool; 2], ended: u32, epoch: u32) -> bool {
+        if epoch == ended {
+            flags[1]
+        } else if epoch + 1 == ended {
+            flags[0]
         } else {
             false
         }
@@ -290,6 +341,12 @@ pub struct Session<T> {
     sealed: bool,
     /// Whether this party sent a record in the current epoch.
     active: bool,
+    /// Whether this party ended the current epoch as IDLE (module docs, "Idle sessions").
+    idle_end: bool,
+    /// Whether the protocol waited for its host, and only for it, when last polled.
+    host_waiting: bool,
+    /// Epochs this party ended as IDLE: steps it finished.
+    steps: u64,
     stats: Stats,
 }
 
@@ -356,6 +413,9 @@ impl<T: 'static> Session<T> {
             epoch: 0,
             sealed: false,
             active: false,
+            idle_end: false,
+            host_waiting: false,
+            steps: 0,
             stats: Stats::default(),
         };
         // Setup: each Pi sends its fresh seed to P_{i-1}.
@@ -558,6 +618,8 @@ impl<T: 'static> Session<T> {
                     let p = &mut self.peers[idx];
                     p.ended = h.epoch;
                     p.active = [p.active[1], h.flags & wire::FLAG_ACTIVE != 0];
+                    p.idle = [p.idle[1], h.flags & wire::FLAG_IDLE != 0];
+                    p.steps += u64::from(h.flags & wire::FLAG_IDLE != 0);
                     if h.flags & wire::FLAG_FINISHED != 0 {
                         p.finished = Some(h.epoch);
                     }
@@ -580,6 +642,8 @@ impl<T: 'static> Session<T> {
         );
         if self.active || n.was_active(e) || p.was_active(e) {
             self.stats.rounds += 1;
+        } else if self.idle_end || n.was_idle(e) || p.was_idle(e) {
+            // A step ended somewhere with nothing left to send: no round, no deadlock.
         } else {
             let from = self.mailbox.lock().first_wanted().unwrap_or(self.me.next());
             return Err(Error::protocol(
@@ -590,6 +654,7 @@ impl<T: 'static> Session<T> {
         self.epoch += 1;
         self.sealed = false;
         self.active = false;
+        self.idle_end = false;
         self.mailbox.lock().visible = e;
         Ok(())
     }
@@ -656,15 +721,24 @@ impl<T: 'static> Session<T> {
                     }
                 },
                 Phase::Running { mut fut } => {
-                    if self.sealed {
-                        let waiting_for = self.lagging_peer();
-                        self.phase = Phase::Running { fut };
-                        return Output::Pending { waiting_for };
+                    match self.hold() {
+                        Hold::Poll => {}
+                        held => {
+                            self.phase = Phase::Running { fut };
+                            match held {
+                                Hold::Wait(waiting_for) => return Output::Pending { waiting_for },
+                                Hold::Fail(e) => self.fail(e, None),
+                                Hold::Poll | Hold::Again => {}
+                            }
+                            continue;
+                        }
                     }
                     {
                         let mut mb = self.mailbox.lock();
                         mb.wanted.clear();
                         mb.yield_requested = false;
+                        mb.host_wait = false;
+                        mb.host_wait_began = false;
                     }
                     let mut cx = Context::from_waker(Waker::noop());
                     match fut.as_mut().poll(&mut cx) {
@@ -683,13 +757,23 @@ impl<T: 'static> Session<T> {
                         }
                         Poll::Ready(Err(e)) => self.fail(e, None),
                         Poll::Pending => {
-                            let (yielded, any_wanted) = {
+                            let (yielded, any_wanted, host_wait, began) = {
                                 let mb = self.mailbox.lock();
-                                (mb.yield_requested, !mb.wanted.is_empty())
+                                let wait = (mb.host_wait, mb.host_wait_began);
+                                (mb.yield_requested, !mb.wanted.is_empty(), wait.0, wait.1)
                             };
                             self.phase = Phase::Running { fut };
                             if yielded {
                                 return Output::Yielded;
+                            }
+                            self.host_waiting = host_wait && !any_wanted;
+                            if self.host_waiting {
+                                match self.idle(began) {
+                                    Ok(true) => return Output::Pending { waiting_for: None },
+                                    Ok(false) => {}
+                                    Err(e) => self.fail(e, None),
+                                }
+                                continue;
                             }
                             if !any_wanted {
                                 self.fail(
@@ -707,6 +791,69 @@ impl<T: 'static> Session<T> {
                 }
             }
         }
+    }
+
+    /// Whether the protocol may be polled in this epoch: not once the epoch is sealed, and
+    /// not while the next step must wait for a peer to finish the last one (module docs,
+    /// "Idle sessions"; meanwhile this party ends every epoch that peer ends).
+    fn hold(&mut self) -> Hold {
+        if self.sealed {
+            return Hold::Wait(self.lagging_peer());
+        }
+        if !self.host_waiting {
+            return Hold::Poll;
+        }
+        let Some(behind) = self.peer_behind() else {
+            return Hold::Poll;
+        };
+        if !self.peer_ended(!0) {
+            return Hold::Wait(Some(behind));
+        }
+        self.seal(false);
+        match self.try_advance() {
+            Ok(()) => Hold::Again,
+            Err(e) => Hold::Fail(e),
+        }
+    }
+
+    /// Every task waits for the host (module docs, "Idle sessions"). Ends the epoch (as
+    /// IDLE when the wait `began` in this poll; else only for records this party queued or
+    /// a peer's ACTIVE or IDLE END of it) and returns `false`, or returns `true` to stay
+    /// idle with the epoch open.
+    fn idle(&mut self, began: bool) -> Result<bool, Error> {
+        let queued = self.mailbox.lock().outbound.iter().any(|q| !q.is_empty());
+        if !began && !queued && !self.peer_ended(wire::FLAG_ACTIVE | wire::FLAG_IDLE) {
+            return Ok(true);
+        }
+        self.idle_end = began;
+        self.steps += u64::from(began);
+        self.seal(false);
+        self.try_advance()?;
+        Ok(false)
+    }
+
+    /// Whether a peer has ended the current epoch with an END frame carrying one of
+    /// `flags` (ACTIVE, IDLE; `!0`: any END).
+    fn peer_ended(&self, flags: u16) -> bool {
+        let e = self.epoch;
+        [self.me.next(), self.me.prev()].into_iter().any(|p| {
+            let peer = &self.peers[p.index()];
+            peer.ended >= e
+                && (flags == !0
+                    || (flags & wire::FLAG_ACTIVE != 0 && peer.was_active(e))
+                    || (flags & wire::FLAG_IDLE != 0 && peer.was_idle(e)))
+        })
+    }
+
+    /// A peer (still running) that had finished fewer steps than this party before the
+    /// current epoch: the next step must not start in this epoch.
+    fn peer_behind(&self) -> Option<PartyId> {
+        let e = self.epoch;
+        [self.me.next(), self.me.prev()].into_iter().find(|p| {
+            let peer = &self.peers[p.index()];
+            let this_epoch = u64::from(peer.ended >= e && peer.was_idle(e));
+            peer.finished.is_none() && peer.steps.saturating_sub(this_epoch) < self.steps
+        })
     }
 
     /// A visible record that was never received means the peers disagree on the protocol.
@@ -750,6 +897,9 @@ impl<T: 'static> Session<T> {
         let mut flags = wire::FLAG_END;
         if self.active {
             flags |= wire::FLAG_ACTIVE;
+        }
+        if self.idle_end {
+            flags |= wire::FLAG_IDLE;
         }
         if finished {
             flags |= wire::FLAG_FINISHED;

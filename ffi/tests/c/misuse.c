@@ -61,8 +61,8 @@ int main(void) {
   uint64_t fake[8] = {0};
   EXPECT(puma_session_poll((puma_session *)fake, buf, buf_len, &ev), PUMA_ERR_INVALID_HANDLE);
 
-  /* Wrong state: nothing runs. */
-  EXPECT(puma_session_poll(s[0], buf, buf_len, &ev), PUMA_ERR_WRONG_STATE);
+  /* Wrong state: nothing runs, no result waits. */
+  EXPECT(puma_session_handle_timeout(s[0]), PUMA_ERR_WRONG_STATE);
   puma_tensor *t = NULL;
   EXPECT(puma_session_take_tensor(s[0], &t), PUMA_ERR_WRONG_STATE);
 
@@ -78,6 +78,7 @@ int main(void) {
   /* Short buffer: the frame stays for the next poll. */
   for (int i = 0; i < 3; i++) EXPECT(puma_session_start_gelu(s[i], pub[i], PUMA_GELU_PUMA), PUMA_OK);
   EXPECT(puma_session_start_gelu(s[0], pub[0], PUMA_GELU_PUMA), PUMA_ERR_WRONG_STATE);
+  EXPECT(puma_session_close(s[0]), PUMA_ERR_WRONG_STATE);
   EXPECT(puma_session_poll(s[0], small, sizeof small, &ev), PUMA_ERR_INSUFFICIENT_SIZE);
   size_t needed = ev.frame_len;
   if (ev.kind != PUMA_EVENT_TRANSMIT || needed <= sizeof small) {

@@ -13,7 +13,7 @@
 //! softmax over each sequence's real tokens (padded positions are never computed).
 
 use puma_core::proto;
-use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares};
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Width};
 
 use super::config::BertConfig;
 use super::plain::BertBatch;
@@ -36,7 +36,48 @@ pub struct BertHeads {
     pub labels: usize,
 }
 
+/// Most classification labels a party accepts in an announced [`BertHeads`].
+pub const MAX_LABELS: usize = 1 << 16;
+
 impl BertHeads {
+    /// The owner tells the other parties its model's heads (public, like the config): the
+    /// owner passes `Some`, the others `None`; every party returns them.
+    ///
+    /// Rounds: 1. Bytes: 16 from the owner to each peer.
+    ///
+    /// # Errors
+    /// `Misuse` if the owner passes nothing; `Protocol` if the announced heads are
+    /// malformed (more than [`MAX_LABELS`] labels, or a classifier without a pooler).
+    pub async fn announce(
+        ctx: &mut Ctx,
+        owner: PartyId,
+        heads: Option<BertHeads>,
+    ) -> Result<BertHeads, Error> {
+        let me = ctx.me();
+        let words = match (me == owner, heads) {
+            (true, Some(h)) => {
+                let v = [u64::from(h.pooler), h.labels as u64];
+                ctx.send(me.next(), &v, Width::W64)?;
+                ctx.send(me.prev(), &v, Width::W64)?;
+                v.to_vec()
+            }
+            (true, None) => return Err(Error::misuse("the model owner must pass its heads")),
+            (false, _) => ctx.recv(owner, 2, Width::W64).await?,
+        };
+        let labels = words
+            .get(1)
+            .and_then(|&l| usize::try_from(l).ok())
+            .filter(|&l| l <= MAX_LABELS);
+        let pooler = words.first().copied();
+        match (pooler, labels) {
+            (Some(p @ (0 | 1)), Some(labels)) if p == 1 || labels == 0 => Ok(BertHeads {
+                pooler: p == 1,
+                labels,
+            }),
+            _ => Err(Error::protocol(owner, "malformed model heads")),
+        }
+    }
+
     /// The heads of loaded weights.
     pub fn of(w: &BertWeights) -> BertHeads {
         BertHeads {

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Secure text generation through the puma-rs C API, from Python with ctypes.
+
+P1 owns a GPT-2 checkpoint (by default the Shakespeare model shipped in
+models/gpt2-shakespeare), P0 is the client with a prompt, and the three parties generate
+tokens greedily with the secret-shared KV cache, all in one session: one key setup, one
+model share, one generation. P0 learns the last position's logits at each step
+(reveal-logits mode) and picks the next id; the other parties learn nothing. Frames polled
+from one session are handed at once to the session they are addressed to.
+
+The prompt is given as GPT-2 token ids (the tokenizer stays on the Rust side, e.g.
+`puma_layers::Gpt2Tokenizer`); "ROMEO:" is 33676 4720 25.
+
+Run (from the repository root, after `cargo build -p puma-ffi`):
+    PUMA_FFI_LIB=target/debug/libpuma_ffi.so python3 examples/python/generate.py \\
+        models/gpt2-shakespeare 4 33676 4720 25
+Prints the generated ids ("ids: ...") and "ok".
+"""
+
+import ctypes as C
+import os
+import sys
+
+# Constants and types of ffi/include/puma.h.
+PUMA_OK = 0
+PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED, PUMA_EVENT_PENDING = 0, 1, 2
+PUMA_EVENT_DONE, PUMA_EVENT_CLOSED = 3, 4
+PUMA_MAX_FRAME_LEN = 4194304
+PUMA_OUTPUT_REVEAL_LOGITS = 0
+
+
+class Event(C.Structure):
+    _fields_ = [("kind", C.c_int), ("peer", C.c_uint32), ("frame_len", C.c_size_t)]
+
+
+class ModelInfo(C.Structure):
+    _fields_ = [
+        ("architecture", C.c_uint32),
+        ("n_layer", C.c_size_t),
+        ("d_model", C.c_size_t),
+        ("max_positions", C.c_size_t),
+        ("vocab_size", C.c_size_t),
+    ]
+
+
+def load(path):
+    lib = C.CDLL(path)
+    p, sz, u32, u64 = C.c_void_p, C.c_size_t, C.c_uint32, C.c_uint64
+    sigs = {
+        "puma_session_new": [u32, u64, C.c_char_p, sz, C.POINTER(p)],
+        "puma_session_free": [p],
+        "puma_session_close": [p],
+        "puma_session_poll": [p, C.c_void_p, sz, C.POINTER(Event)],
+        "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
+        "puma_session_start_model_share": [p, u32, C.c_char_p],
+        "puma_session_take_model": [p, C.POINTER(p)],
+        "puma_session_start_generate": [p, p, u32, C.POINTER(u32), sz, sz, u32],
+        "puma_session_take_ids": [p, C.POINTER(u32), sz, C.POINTER(sz)],
+        "puma_model_get_info": [p, C.POINTER(ModelInfo)],
+        "puma_model_free": [p],
+    }
+    for name, args in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = C.c_int
+    lib.puma_last_error.restype = C.c_char_p
+    lib.puma_status_name.argtypes = [u32]
+    lib.puma_status_name.restype = C.c_char_p
+    return lib
+
+
+class PumaError(Exception):
+    pass
+
+
+def check(lib, status, what):
+    if status != PUMA_OK:
+        raise PumaError(
+            f"{what}: {lib.puma_status_name(status).decode()} ({lib.puma_last_error().decode()})"
+        )
+
+
+def run(lib, sessions, buf, until=PUMA_EVENT_DONE):
+    """Drives what every session has just started (or its close) until all are done."""
+    done = [False] * 3
+    ev = Event()
+    while not all(done):
+        progress = False
+        for i, s in enumerate(sessions):
+            while not done[i]:
+                check(lib, lib.puma_session_poll(s, buf, len(buf), C.byref(ev)), f"P{i} poll")
+                if ev.kind == PUMA_EVENT_TRANSMIT:
+                    st = lib.puma_session_handle_frame(sessions[ev.peer], i, buf, ev.frame_len)
+                    check(lib, st, f"P{ev.peer} handle_frame")
+                    progress = True
+                elif ev.kind == PUMA_EVENT_PENDING:
+                    break
+                elif ev.kind == until:
+                    done[i] = True
+                    progress = True
+        if not progress:
+            raise PumaError("no party can make progress")
+
+
+def main():
+    if len(sys.argv) < 4:
+        print(f"usage: {sys.argv[0]} MODEL_DIR MAX_NEW PROMPT_ID...", file=sys.stderr)
+        return 2
+    model_dir, max_new = sys.argv[1], int(sys.argv[2])
+    prompt = [int(a) for a in sys.argv[3:]]
+    lib = load(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
+    buf = (C.c_uint8 * PUMA_MAX_FRAME_LEN)()
+
+    sessions = []
+    for i in range(3):
+        s = C.c_void_p()
+        entropy = os.urandom(32)  # fresh at every party
+        check(lib, lib.puma_session_new(i, 2027, entropy, 32, C.byref(s)), "session_new")
+        sessions.append(s)
+
+    # P1 shares the model: it reads the checkpoint, the others its public config.json.
+    config = os.path.join(model_dir, "config.json")
+    for i, s in enumerate(sessions):
+        path = (model_dir if i == 1 else config).encode()
+        check(lib, lib.puma_session_start_model_share(s, 1, path), "start_model_share")
+    run(lib, sessions, buf)
+    models = []
+    for s in sessions:
+        m = C.c_void_p()
+        check(lib, lib.puma_session_take_model(s, C.byref(m)), "take_model")
+        models.append(m)
+    info = ModelInfo()
+    check(lib, lib.puma_model_get_info(models[0], C.byref(info)), "model_get_info")
+    print(f"model: {info.n_layer} layers, width {info.d_model}, vocabulary {info.vocab_size}")
+
+    # P0 generates: the others pass no prompt, only its (public) length.
+    ids_in = (C.c_uint32 * len(prompt))(*prompt)
+    for i, (s, m) in enumerate(zip(sessions, models)):
+        ids = ids_in if i == 0 else None
+        st = lib.puma_session_start_generate(
+            s, m, 0, ids, len(prompt), max_new, PUMA_OUTPUT_REVEAL_LOGITS
+        )
+        check(lib, st, "start_generate")
+    run(lib, sessions, buf)
+    out = (C.c_uint32 * max_new)()
+    generated = []
+    for i, s in enumerate(sessions):
+        written = C.c_size_t()
+        st = lib.puma_session_take_ids(s, out, max_new, C.byref(written))
+        check(lib, st, "take_ids")
+        if written.value != (max_new if i == 0 else 0):
+            raise PumaError(f"P{i} got {written.value} ids")
+        if i == 0:
+            generated = list(out)
+    print("ids: " + " ".join(str(i) for i in generated))
+
+    # A clean end: every party closes and sends its last frames.
+    for s in sessions:
+        check(lib, lib.puma_session_close(s), "close")
+    run(lib, sessions, buf, until=PUMA_EVENT_CLOSED)
+    for m in models:
+        check(lib, lib.puma_model_free(m), "model_free")
+    for s in sessions:
+        check(lib, lib.puma_session_free(s), "session_free")
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
