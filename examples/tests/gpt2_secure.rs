@@ -7,7 +7,7 @@ use std::process::Command;
 
 use puma_core::Width;
 use puma_core::proto::ExpApprox;
-use puma_layers::config::InputError;
+use puma_layers::gpt2::config::InputError;
 use puma_layers::nn::{GeluApprox, OutputMode, SecureSettings};
 use puma_runner::gpt2::{Gpt2Error, RunOptions, TINY_MODEL_DIR, load_model, run_secure};
 

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use puma_layers::checkpoint::Gpt2Weights;
-use puma_layers::config::Gpt2Config;
+use puma_layers::gpt2::weights::Gpt2Weights;
+use puma_layers::gpt2::config::Gpt2Config;
 
 fuzz_target!(|data: &[u8]| {
     let Some((n, rest)) = data.split_first_chunk::<2>() else {

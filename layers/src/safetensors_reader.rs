@@ -4,7 +4,7 @@
 use ndarray::{Array1, Array2};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
-use crate::checkpoint::LayerNormWeights;
+use crate::gpt2::weights::LayerNormWeights;
 
 /// Why a tensor could not be read.
 #[derive(Debug)]

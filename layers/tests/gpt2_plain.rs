@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use common::{Reference, max_abs_diff, model_dir};
 use ndarray::{Axis, s};
-use puma_layers::config::InputError;
+use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
 
 const TINY: &str = "gpt2-tiny-random";

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use puma_core::{Config, PartyId, Stats};
-use puma_layers::config::InputError;
+use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
 use puma_layers::nn::{
     Generation, LayerCosts, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,

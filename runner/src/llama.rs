@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use puma_core::{Config, PartyId, Stats};
-use puma_layers::config::InputError;
+use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::argmax_with_margin;
 use puma_layers::llama::plain::PlainLlama;
 use puma_layers::llama::{LlamaConfig, LlamaLoadError, LlamaWeights, load_gguf, load_hf};

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use puma_layers::config::InputError;
+use puma_layers::gpt2::config::InputError;
 use puma_runner::llama::{
     LlamaError, LlamaRunOptions, SMOLLM2_GGUF, TINY_MODEL_DIR, load_model, run_secure,
 };

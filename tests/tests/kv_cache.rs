@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use puma_core::PartyId;
 use puma_core::sim::Sim;
-use puma_layers::checkpoint::load_gpt2;
+use puma_layers::gpt2::weights::load_gpt2;
 use puma_layers::nn::{Generation, LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-tiny-random");

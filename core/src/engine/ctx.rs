@@ -31,7 +31,6 @@ pub(crate) struct Shared {
 }
 
 const DOMAIN_FORK: u64 = 0x666f_726b;
-const DOMAIN_NARROW: u64 = 0x6e61_7272;
 const DOMAIN_MSG: u64 = 0x6d73_6700;
 const DOMAIN_RAND: u64 = 0x7261_6e64;
 const DOMAIN_PRIVATE: u64 = 0x7072_6976;
@@ -48,18 +47,6 @@ const fn derive(path: u64, domain: u64, n: u64) -> u64 {
     mix(path ^ mix(domain.wrapping_add(mix(n.wrapping_add(0x9e37_79b9_7f4a_7c15)))))
 }
 
-/// FNV-1a of a label, for `narrow`.
-const fn label_hash(label: &str) -> u64 {
-    let bytes = label.as_bytes();
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut i = 0;
-    while i < bytes.len() {
-        h = (h ^ bytes[i] as u64).wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    h
-}
-
 /// A reading of [`Ctx::meter`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meter {
@@ -71,8 +58,8 @@ pub struct Meter {
 
 /// A protocol's handle on its session.
 ///
-/// Every context has a path, derived deterministically from its parent by [`Ctx::fork`] or
-/// [`Ctx::narrow`]; the path names its messages (matched by tag, so joined sub-protocols
+/// Every context has a path, derived deterministically from its parent by [`Ctx::fork`];
+/// the path names its messages (matched by tag, so joined sub-protocols
 /// share rounds) and its correlated randomness (fresh per context and per draw). A context
 /// is not `Clone`: two copies would reuse tags and randomness.
 pub struct Ctx {
@@ -151,12 +138,6 @@ impl Ctx {
         let n = self.forks;
         self.forks += 1;
         self.child(derive(self.path, DOMAIN_FORK, n))
-    }
-
-    /// A child context named by `label`. Narrowing twice by the same label gives the same
-    /// path, so use it for fixed sub-steps and [`Ctx::fork`] for repeated calls.
-    pub fn narrow(&self, label: &str) -> Ctx {
-        self.child(derive(self.path, DOMAIN_NARROW, label_hash(label)))
     }
 
     /// Queues `values`, packed at `width` bits each, for party `to` in the current epoch.

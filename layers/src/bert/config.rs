@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::BertError;
-use crate::config::Activation;
+use crate::gpt2::config::Activation;
 
 /// Which of the two architectures (they differ in tensor prefix, positions and head).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

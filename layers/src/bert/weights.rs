@@ -14,7 +14,7 @@ use safetensors::SafeTensors;
 
 use super::config::{BertConfig, BertFlavor};
 use super::error::BertError;
-use crate::checkpoint::LayerNormWeights;
+use crate::gpt2::weights::LayerNormWeights;
 use crate::safetensors_reader::{TensorError, TensorReader};
 
 /// A linear map `y = x · w + b` with `w` of `in × out`.

@@ -1,4 +1,8 @@
-//! GPT-2: the plaintext `f64` reference model and its secure three-party evaluation.
+//! GPT-2 (`GPT2LMHeadModel`): its configuration ([`config`]), the checkpoint loader
+//! ([`weights`]), the plaintext `f64` reference model ([`plain`]) and the wiring into the
+//! one decoder path ([`secure`]).
 
+pub mod config;
 pub mod plain;
 pub mod secure;
+pub mod weights;

@@ -18,8 +18,8 @@
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, s};
 
-use crate::checkpoint::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
-use crate::config::{Activation, Gpt2Config, InputError};
+use crate::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
+use crate::gpt2::config::{Activation, Gpt2Config, InputError};
 
 /// GeLU, tanh form (`gelu_new`): `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
 pub fn gelu_tanh(x: f64) -> f64 {
@@ -189,10 +189,10 @@ impl PlainGpt2 {
     }
 
     /// Loads `dir/config.json` and `dir/model.safetensors` (see
-    /// [`crate::checkpoint::load_gpt2`]).
+    /// [`crate::gpt2::weights::load_gpt2`]).
     ///
     /// # Errors
-    /// As [`crate::checkpoint::load_gpt2`].
+    /// As [`crate::gpt2::weights::load_gpt2`].
     pub fn load(dir: &std::path::Path) -> Result<PlainGpt2, LoadError> {
         let (config, weights) = load_gpt2(dir)?;
         PlainGpt2::new(config, weights)

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::InputError;
+use crate::gpt2::config::InputError;
 use crate::gguf::{GgufError, GgufFile};
 
 /// Why a LLaMA configuration is unusable.

@@ -6,7 +6,7 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, s};
 use super::config::LlamaConfig;
 use super::rope;
 use super::weights::{LlamaLoadError, LlamaWeights};
-use crate::config::InputError;
+use crate::gpt2::config::InputError;
 
 /// RMSNorm of each row: `x / sqrt(mean(x²) + eps) · w`.
 pub fn rms_norm(x: ArrayView2<'_, f64>, w: &Array1<f64>, eps: f64) -> Array2<f64> {

@@ -49,11 +49,11 @@ impl Activation {
     }
 }
 
-impl From<crate::config::Activation> for Activation {
-    fn from(a: crate::config::Activation) -> Activation {
+impl From<crate::gpt2::config::Activation> for Activation {
+    fn from(a: crate::gpt2::config::Activation) -> Activation {
         match a {
-            crate::config::Activation::GeluErf => Activation::Gelu(GeluForm::Erf),
-            crate::config::Activation::GeluTanh => Activation::Gelu(GeluForm::Tanh),
+            crate::gpt2::config::Activation::GeluErf => Activation::Gelu(GeluForm::Erf),
+            crate::gpt2::config::Activation::GeluTanh => Activation::Gelu(GeluForm::Tanh),
         }
     }
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use ndarray::{Array1, Array2};
 use safetensors::SafeTensors;
 
-use crate::config::{ConfigError, Gpt2Config};
+use crate::gpt2::config::{ConfigError, Gpt2Config};
 use crate::safetensors_reader::{TensorError, TensorReader};
 
 /// Why a checkpoint could not be loaded. Variants about one tensor name it.
