@@ -25,8 +25,8 @@ use puma_layers::bert::weights::Linear;
 use puma_layers::bert::{
     BertBatch, BertConfig, BertError, BertFlavor, BertLayer, BertWeights, PlainBert,
 };
-use puma_layers::gpt2::weights::LayerNormWeights;
 use puma_layers::gpt2::config::Activation;
+use puma_layers::gpt2::weights::LayerNormWeights;
 use puma_layers::nn::{LayerCosts, SecureSettings};
 use puma_transports::{TransportError, mem};
 

@@ -1,28 +1,25 @@
 //! Secure GPT-2 greedy generation among three parties on three threads in one process.
 //!
-//! Roles (DESIGN.md §1): P0 is the **client**, which holds the prompt and alone learns the
-//! output; P1 is the **model owner**, which holds the weights; P2 is a helper that holds
-//! shares only. The owner shares the weights (one masked vector), the client shares the
-//! prompt's one-hot rows, and the parties run [`puma_layers::nn::generate`] with a
-//! secret-shared KV cache over the in-memory transport ([`puma_transports::mem::run3`]).
-//!
-//! [`run_secure`] is the whole orchestration (share, generate, collect, optionally compare
-//! with the plaintext `f64` model [`PlainGpt2`]); the `gpt2` binary and the integration
-//! tests both call it.
+//! Roles (docs/ARCHITECTURE.md, Parties and roles): P0 is the **client**, which holds the
+//! prompt and alone learns the output; P1 is the **model owner**, which holds the weights;
+//! P2 is a helper that holds shares only. [`run_secure`] runs the generic decoder run
+//! ([`crate::decoder::run_decoder`]) on a GPT-2 checkpoint, collects the report and
+//! optionally compares with the plaintext `f64` model [`PlainGpt2`]; the `gpt2` binary and
+//! the integration tests both call it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use puma_core::{Config, PartyId, Stats};
+use puma_core::Stats;
 use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
-use puma_layers::nn::{
-    Generation, LayerCosts, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
-};
+use puma_layers::nn::{LayerCosts, Observer, OutputMode};
 use puma_layers::{Gpt2Config, Gpt2Weights, LoadError, load_gpt2};
-use puma_transports::{TransportError, mem};
+
+pub use crate::decoder::{CLIENT, OWNER, RunOptions, check_prompt};
+use crate::decoder::{RunError, run_decoder};
 
 /// The default model: `gpt2-shakespeare`, shipped in the repository (`models/`), so that
 /// the binary works offline from a fresh clone.
@@ -31,12 +28,6 @@ pub const DEFAULT_MODEL_DIR: &str =
 
 /// The tiny random test model shipped in the repository (2 layers, width 64).
 pub const TINY_MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-tiny-random");
-
-/// The client: holds the prompt and learns the output.
-pub const CLIENT: PartyId = PartyId::P0;
-
-/// The model owner: holds the weights.
-pub const OWNER: PartyId = PartyId::P1;
 
 /// Why a secure generation could not run or failed.
 #[derive(Debug)]
@@ -48,15 +39,8 @@ pub enum Gpt2Error {
     Load(LoadError),
     /// The prompt does not fit the model (empty, too long, ids outside the vocabulary).
     Input(InputError),
-    /// A party's run failed.
-    Party {
-        /// The party.
-        party: PartyId,
-        /// Its error.
-        error: TransportError,
-    },
-    /// The client finished without the expected output (a defect, not an input error).
-    MissingOutput(&'static str),
+    /// The three-party run failed (a party's typed error, or a missing output).
+    Run(RunError),
 }
 
 impl fmt::Display for Gpt2Error {
@@ -69,8 +53,7 @@ impl fmt::Display for Gpt2Error {
             ),
             Gpt2Error::Load(e) => write!(f, "cannot load the model: {e}"),
             Gpt2Error::Input(e) => write!(f, "bad prompt: {e}"),
-            Gpt2Error::Party { party, error } => write!(f, "{party} failed: {error}"),
-            Gpt2Error::MissingOutput(what) => write!(f, "the client got no {what}"),
+            Gpt2Error::Run(e) => write!(f, "{e}"),
         }
     }
 }
@@ -80,8 +63,8 @@ impl std::error::Error for Gpt2Error {
         match self {
             Gpt2Error::Load(e) => Some(e),
             Gpt2Error::Input(e) => Some(e),
-            Gpt2Error::Party { error, .. } => Some(error),
-            Gpt2Error::NoModelDir(_) | Gpt2Error::MissingOutput(_) => None,
+            Gpt2Error::Run(e) => Some(e),
+            Gpt2Error::NoModelDir(_) => None,
         }
     }
 }
@@ -89,6 +72,15 @@ impl std::error::Error for Gpt2Error {
 impl From<LoadError> for Gpt2Error {
     fn from(e: LoadError) -> Self {
         Gpt2Error::Load(e)
+    }
+}
+
+impl From<RunError> for Gpt2Error {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Input(e) => Gpt2Error::Input(e),
+            e => Gpt2Error::Run(e),
+        }
     }
 }
 
@@ -124,33 +116,6 @@ pub fn load_model(dir: &Path) -> Result<LoadedModel, Gpt2Error> {
         config,
         weights,
     })
-}
-
-/// The settings of one secure generation.
-#[derive(Clone, Copy, Debug)]
-pub struct RunOptions {
-    /// Tokens to generate after the prompt.
-    pub max_new_tokens: usize,
-    /// What the client learns at each step.
-    pub mode: OutputMode,
-    /// Approximation settings of the secure evaluation.
-    pub settings: SecureSettings,
-    /// Also run the plaintext `f64` model and compare.
-    pub compare_plaintext: bool,
-    /// Session id and seed of the parties' entropy (demos and tests only).
-    pub seed: u64,
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        RunOptions {
-            max_new_tokens: 8,
-            mode: OutputMode::RevealLogits,
-            settings: SecureSettings::default(),
-            compare_plaintext: false,
-            seed: 2024,
-        }
-    }
 }
 
 /// The plaintext `f64` model's view of the same run.
@@ -226,43 +191,13 @@ impl Gpt2Report {
     }
 }
 
-/// What each party's protocol returns.
-struct PartyOutput {
-    generation: Generation,
-    share_model: (u64, u32),
-    share_time: Duration,
-    step_ends: Vec<Instant>,
-    gen_start: Instant,
-}
-
-/// Checks that `prompt` and `max_new` fit the model as the secure generation needs:
-/// a non-empty prompt of ids below `vocab_size`, and `prompt.len() + max_new ≤ n_positions`.
-///
-/// # Errors
-/// [`InputError::Empty`], [`InputError::TokenOutOfRange`] or [`InputError::TooLong`].
-pub fn check_prompt(config: &Gpt2Config, prompt: &[u32], max_new: usize) -> Result<(), InputError> {
-    if prompt.is_empty() {
-        return Err(InputError::Empty);
-    }
-    config.check_ids(prompt, 0)?;
-    let len = prompt.len().saturating_add(max_new);
-    if len > config.n_positions {
-        return Err(InputError::TooLong {
-            len,
-            n_positions: config.n_positions,
-        });
-    }
-    Ok(())
-}
-
 /// Runs secure greedy generation of `opts.max_new_tokens` tokens after `prompt` with three
 /// parties on three threads, and (with `opts.compare_plaintext`) the plaintext model on
 /// the same ids. `observer`, if any, receives the **client's** progress events.
 ///
 /// # Errors
-/// [`Gpt2Error::Input`] if the prompt does not fit the model, [`Gpt2Error::Party`] with the
-/// first failed party's typed error, [`Gpt2Error::MissingOutput`] if the client ends
-/// without its output.
+/// [`Gpt2Error::Input`] if the prompt does not fit the model, [`Gpt2Error::Run`] with the
+/// first failed party's typed error or a missing output.
 pub fn run_secure(
     model: LoadedModel,
     prompt: &[u32],
@@ -272,127 +207,47 @@ pub fn run_secure(
     let LoadedModel {
         config, weights, ..
     } = model;
-    check_prompt(&config, prompt, opts.max_new_tokens)?;
     let weights = Arc::new(weights);
-    let prompt_ids: Arc<[u32]> = prompt.into();
-    let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);
-    let prompt_len = prompt.len();
-
-    let start = Instant::now();
-    let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
-        let cfg = config.clone();
-        let w = (me == OWNER).then(|| Arc::clone(&weights));
-        let p = (me == CLIENT).then(|| Arc::clone(&prompt_ids));
-        let user_observer = if me == CLIENT { observer.clone() } else { None };
-        move |mut ctx| async move {
-            let t0 = Instant::now();
-            let m0 = ctx.meter();
-            let shared = SharedDecoder::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
-            // The owner's plaintext is not needed any more.
-            drop(w);
-            let m1 = ctx.meter();
-            let share_time = t0.elapsed();
-            let step_ends = Arc::new(Mutex::new(Vec::with_capacity(max_new)));
-            let timing: Observer = {
-                let ends = Arc::clone(&step_ends);
-                Arc::new(move |ev: Progress| {
-                    if let Progress::Step { .. } = ev {
-                        if let Ok(mut e) = ends.lock() {
-                            e.push(Instant::now());
-                        }
-                    }
-                    if let Some(obs) = user_observer.as_ref() {
-                        obs(ev);
-                    }
-                })
-            };
-            let gen_start = Instant::now();
-            let generation = generate(
-                &mut ctx,
-                &shared,
-                CLIENT,
-                p.as_deref(),
-                prompt_len,
-                max_new,
-                mode,
-                &settings,
-                Some(timing),
-            )
-            .await?;
-            let step_ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
-            Ok(PartyOutput {
-                generation,
-                share_model: (
-                    m1.payload_bytes_sent - m0.payload_bytes_sent,
-                    m1.epoch - m0.epoch,
-                ),
-                share_time,
-                step_ends,
-                gen_start,
-            })
+    let run = run_decoder(&config, &weights, &[prompt.to_vec()], opts, observer)?;
+    let costs = run.parties.clone().map(|p| {
+        let g = p.prompts.into_iter().next();
+        PartyCosts {
+            share_model: p.share_model,
+            layers: g
+                .as_ref()
+                .map(|g| g.generation.costs.clone())
+                .unwrap_or_default(),
+            steps: g.map(|g| g.generation.step_costs).unwrap_or_default(),
         }
     });
-    let elapsed = start.elapsed();
-    let stats = outcome.stats.clone();
-
-    let mut outputs: [Option<PartyOutput>; 3] = [None, None, None];
-    for (party, r) in PartyId::ALL.into_iter().zip(outcome.results) {
-        match r {
-            Ok(out) => {
-                if let Some(slot) = outputs.get_mut(party.index()) {
-                    *slot = Some(out);
-                }
-            }
-            Err(error) => return Err(Gpt2Error::Party { party, error }),
-        }
-    }
-    let [o0, o1, o2] = outputs;
-    let (o0, o1, o2) = match (o0, o1, o2) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(Gpt2Error::MissingOutput("result of every party")),
-    };
-    let client = o0;
-    if client.generation.ids.len() != max_new {
-        return Err(Gpt2Error::MissingOutput("generated ids"));
-    }
-    if mode == OutputMode::RevealLogits && client.generation.logits.len() != max_new {
-        return Err(Gpt2Error::MissingOutput("logits"));
-    }
-    let mut step_times = Vec::with_capacity(client.step_ends.len());
-    let mut prev = client.gen_start;
-    for &t in &client.step_ends {
-        step_times.push(t.saturating_duration_since(prev));
-        prev = t;
-    }
-    let costs_of = |o: &PartyOutput| PartyCosts {
-        share_model: o.share_model,
-        layers: o.generation.costs.clone(),
-        steps: o.generation.step_costs.clone(),
-    };
-    let costs = [costs_of(&client), costs_of(&o1), costs_of(&o2)];
-    let secure_ids = client.generation.ids;
-    let secure_logits = client.generation.logits;
-
+    let [client, ..] = run.parties;
+    let share_time = client.share_time;
+    let first = client
+        .prompts
+        .into_iter()
+        .next()
+        .ok_or(RunError::MissingOutput("generation"))?;
+    let secure_ids = first.generation.ids;
+    let secure_logits = first.generation.logits;
     let plaintext = if opts.compare_plaintext {
-        // All parties have finished, so the owner's copy is the only one left.
+        // All parties have finished, so this is the only reference left.
         let weights = Arc::try_unwrap(weights).unwrap_or_else(|w| (*w).clone());
         let plain = PlainGpt2::new(config.clone(), weights)?;
         Some(compare_plain(&plain, prompt, &secure_ids, &secure_logits)?)
     } else {
         None
     };
-
     Ok(Gpt2Report {
         config,
         prompt_ids: prompt.to_vec(),
-        mode,
+        mode: opts.mode,
         secure_ids,
         secure_logits,
         plaintext,
-        elapsed,
-        share_time: client.share_time,
-        step_times,
-        stats,
+        elapsed: run.elapsed,
+        share_time,
+        step_times: first.step_times,
+        stats: run.stats,
         costs,
     })
 }

@@ -16,6 +16,8 @@
 //!   process over TCP+TLS or QUIC; see [`party`].
 
 pub mod bert;
+pub mod decoder;
+pub mod diagnostics;
 pub mod gpt2;
 pub mod linear;
 pub mod llama;

@@ -1,8 +1,7 @@
 //! Secure greedy generation with LLaMA-style decoders among three parties on three threads
 //! in one process: P0 is the **client** (prompt, output), P1 the **model owner** (weights),
-//! P2 a helper. The owner shares the weights once; then each prompt runs
-//! [`puma_layers::nn::generate`] with a secret-shared KV cache over the in-memory
-//! transport ([`puma_transports::mem::run3`]).
+//! P2 a helper. The owner shares the weights once; then each prompt runs the generic
+//! decoder run ([`crate::decoder::run_decoder`]).
 //!
 //! Models: a Hugging Face `LlamaForCausalLM` directory (`config.json` +
 //! `model.safetensors`) or a LLaMA GGUF file (F32/F16/Q4_1/Q8_0 tensors), see
@@ -11,17 +10,17 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use puma_core::{Config, PartyId, Stats};
+use puma_core::Stats;
 use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::argmax_with_margin;
 use puma_layers::llama::plain::PlainLlama;
 use puma_layers::llama::{LlamaConfig, LlamaLoadError, LlamaWeights, load_gguf, load_hf};
-use puma_layers::nn::{
-    Generation, LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate,
-};
-use puma_transports::{TransportError, mem};
+use puma_layers::nn::LayerCosts;
+
+pub use crate::decoder::{CLIENT, OWNER, RunOptions, check_prompt};
+use crate::decoder::{RunError, run_decoder};
 
 /// The tiny random LLaMA shipped in the repository (2 layers, width 64, GQA 4/2).
 pub const TINY_MODEL_DIR: &str =
@@ -33,12 +32,6 @@ pub const SMOLLM2_GGUF: &str = concat!(
     "/../target/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
 );
 
-/// The client.
-pub const CLIENT: PartyId = PartyId::P0;
-
-/// The model owner.
-pub const OWNER: PartyId = PartyId::P1;
-
 /// Why a secure LLaMA run could not run or failed.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -47,15 +40,8 @@ pub enum LlamaError {
     Load(LlamaLoadError),
     /// A prompt does not fit the model.
     Input(InputError),
-    /// A party's run failed.
-    Party {
-        /// The party.
-        party: PartyId,
-        /// Its error.
-        error: TransportError,
-    },
-    /// The client finished without the expected output (a defect, not an input error).
-    MissingOutput(&'static str),
+    /// The three-party run failed (a party's typed error, or a missing output).
+    Run(RunError),
 }
 
 impl fmt::Display for LlamaError {
@@ -63,8 +49,7 @@ impl fmt::Display for LlamaError {
         match self {
             LlamaError::Load(e) => write!(f, "cannot load the model: {e}"),
             LlamaError::Input(e) => write!(f, "bad prompt: {e}"),
-            LlamaError::Party { party, error } => write!(f, "{party} failed: {error}"),
-            LlamaError::MissingOutput(what) => write!(f, "the client got no {what}"),
+            LlamaError::Run(e) => write!(f, "{e}"),
         }
     }
 }
@@ -74,8 +59,7 @@ impl std::error::Error for LlamaError {
         match self {
             LlamaError::Load(e) => Some(e),
             LlamaError::Input(e) => Some(e),
-            LlamaError::Party { error, .. } => Some(error),
-            LlamaError::MissingOutput(_) => None,
+            LlamaError::Run(e) => Some(e),
         }
     }
 }
@@ -83,6 +67,15 @@ impl std::error::Error for LlamaError {
 impl From<LlamaLoadError> for LlamaError {
     fn from(e: LlamaLoadError) -> Self {
         LlamaError::Load(e)
+    }
+}
+
+impl From<RunError> for LlamaError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Input(e) => LlamaError::Input(e),
+            e => LlamaError::Run(e),
+        }
     }
 }
 
@@ -119,33 +112,6 @@ pub fn load_model(path: &Path) -> Result<LoadedLlama, LlamaError> {
         config,
         weights,
     })
-}
-
-/// The settings of a secure run.
-#[derive(Clone, Copy, Debug)]
-pub struct LlamaRunOptions {
-    /// Tokens to generate after each prompt.
-    pub max_new_tokens: usize,
-    /// What the client learns at each step.
-    pub mode: OutputMode,
-    /// Approximation settings.
-    pub settings: SecureSettings,
-    /// Also run the plaintext `f64` model and compare.
-    pub compare_plaintext: bool,
-    /// Session id and seed of the parties' entropy (demos and tests only).
-    pub seed: u64,
-}
-
-impl Default for LlamaRunOptions {
-    fn default() -> Self {
-        LlamaRunOptions {
-            max_new_tokens: 8,
-            mode: OutputMode::RevealLogits,
-            settings: SecureSettings::default(),
-            compare_plaintext: false,
-            seed: 2024,
-        }
-    }
 }
 
 /// The plaintext view of one prompt's run.
@@ -202,117 +168,34 @@ impl LlamaReport {
     }
 }
 
-struct PartyOutput {
-    generations: Vec<(Generation, Duration)>,
-    share_bytes: u64,
-    share_time: Duration,
-}
-
-/// Checks a prompt: non-empty, ids in the vocabulary, `len + max_new` positions.
-///
-/// # Errors
-/// [`InputError`] naming the problem.
-pub fn check_prompt(cfg: &LlamaConfig, prompt: &[u32], max_new: usize) -> Result<(), InputError> {
-    if prompt.is_empty() {
-        return Err(InputError::Empty);
-    }
-    cfg.check_ids(prompt, 0)?;
-    let len = prompt.len().saturating_add(max_new);
-    if len > cfg.max_position_embeddings {
-        return Err(InputError::TooLong {
-            len,
-            n_positions: cfg.max_position_embeddings,
-        });
-    }
-    Ok(())
-}
-
 /// Shares the model once and runs secure greedy generation for each prompt in turn, three
 /// parties on three threads; with `opts.compare_plaintext` also the plaintext model.
 ///
 /// # Errors
-/// [`LlamaError::Input`] for a prompt that does not fit, [`LlamaError::Party`] with the
-/// first failed party's error, [`LlamaError::MissingOutput`] if the client lacks its
-/// output.
+/// [`LlamaError::Input`] for a prompt that does not fit, [`LlamaError::Run`] with the first
+/// failed party's error or a missing output.
 pub fn run_secure(
     model: LoadedLlama,
     prompts: &[Vec<u32>],
-    opts: &LlamaRunOptions,
+    opts: &RunOptions,
 ) -> Result<LlamaReport, LlamaError> {
     let LoadedLlama {
         config, weights, ..
     } = model;
-    for p in prompts {
-        check_prompt(&config, p, opts.max_new_tokens)?;
-    }
     let weights = Arc::new(weights);
-    let prompts_arc: Arc<Vec<Vec<u32>>> = Arc::new(prompts.to_vec());
-    let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);
-    let start = Instant::now();
-    let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
-        let cfg = config.clone();
-        let w = (me == OWNER).then(|| Arc::clone(&weights));
-        let ps = Arc::clone(&prompts_arc);
-        move |mut ctx| async move {
-            let t0 = Instant::now();
-            let m0 = ctx.meter();
-            let shared = SharedDecoder::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
-            drop(w);
-            let share_bytes = ctx.meter().payload_bytes_sent - m0.payload_bytes_sent;
-            let share_time = t0.elapsed();
-            let mut generations = Vec::with_capacity(ps.len());
-            for p in ps.iter() {
-                let t = Instant::now();
-                let prompt = (me == CLIENT).then_some(&p[..]);
-                let g = generate(
-                    &mut ctx,
-                    &shared,
-                    CLIENT,
-                    prompt,
-                    p.len(),
-                    max_new,
-                    mode,
-                    &settings,
-                    None,
-                )
-                .await?;
-                generations.push((g, t.elapsed()));
-            }
-            Ok(PartyOutput {
-                generations,
-                share_bytes,
-                share_time,
-            })
-        }
-    });
-    let elapsed = start.elapsed();
-    let stats = outcome.stats.clone();
-    let mut outs = Vec::with_capacity(3);
-    for (party, r) in PartyId::ALL.into_iter().zip(outcome.results) {
-        match r {
-            Ok(o) => outs.push(o),
-            Err(error) => return Err(LlamaError::Party { party, error }),
-        }
-    }
-    let mut outs = outs.into_iter();
-    let client = outs
-        .next()
-        .ok_or(LlamaError::MissingOutput("client result"))?;
-    let owner = outs
-        .next()
-        .ok_or(LlamaError::MissingOutput("owner result"))?;
+    let run = run_decoder(&config, &weights, prompts, opts, None)?;
     let plain = if opts.compare_plaintext {
         let w = Arc::try_unwrap(weights).unwrap_or_else(|w| (*w).clone());
         Some(PlainLlama::new(config.clone(), w)?)
     } else {
         None
     };
+    let share_bytes = run.parties[1].share_model.0;
+    let [client, ..] = run.parties;
     let mut layer_costs = LayerCosts::default();
     let mut results = Vec::with_capacity(prompts.len());
-    for (p, (g, time)) in prompts.iter().zip(client.generations) {
-        if g.ids.len() != max_new {
-            return Err(LlamaError::MissingOutput("generated ids"));
-        }
+    for (p, r) in prompts.iter().zip(client.prompts) {
+        let g = r.generation;
         layer_costs.merge(&g.costs);
         let plaintext = match &plain {
             Some(m) => Some(compare_plain(m, p, &g.ids, &g.logits)?),
@@ -323,17 +206,17 @@ pub fn run_secure(
             secure_ids: g.ids,
             secure_logits: g.logits,
             step_costs: g.step_costs,
-            time,
+            time: r.time,
             plaintext,
         });
     }
     Ok(LlamaReport {
         config,
         prompts: results,
-        elapsed,
+        elapsed: run.elapsed,
         share_time: client.share_time,
-        share_bytes: owner.share_bytes,
-        stats,
+        share_bytes,
+        stats: run.stats,
         layer_costs,
     })
 }

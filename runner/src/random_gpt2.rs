@@ -2,8 +2,8 @@
 //! PUMA's tables but no checkpoint.
 
 use ndarray::{Array1, Array2};
-use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::gpt2::config::{Activation, Gpt2Config};
+use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 
 /// A published GPT-2 shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use puma_layers::gpt2::config::InputError;
 use puma_runner::llama::{
-    LlamaError, LlamaRunOptions, SMOLLM2_GGUF, TINY_MODEL_DIR, load_model, run_secure,
+    LlamaError, RunOptions, SMOLLM2_GGUF, TINY_MODEL_DIR, load_model, run_secure,
 };
 use safetensors::SafeTensors;
 
@@ -53,9 +53,9 @@ fn smollm2_secure_greedy_is_token_identical_to_the_reference() {
         ids(&reference, "p1.input_ids"),
         ids(&reference, "p2.input_ids"),
     ];
-    let opts = LlamaRunOptions {
+    let opts = RunOptions {
         max_new_tokens: 10,
-        ..LlamaRunOptions::default()
+        ..RunOptions::default()
     };
     let report = run_secure(model, &prompts, &opts).unwrap();
     for (k, r) in report.prompts.iter().enumerate() {
@@ -83,10 +83,10 @@ fn smollm2_secure_greedy_is_token_identical_to_the_reference() {
 #[test]
 fn tiny_random_secure_generation_and_comparison() {
     let model = load_model(Path::new(TINY_MODEL_DIR)).unwrap();
-    let opts = LlamaRunOptions {
+    let opts = RunOptions {
         max_new_tokens: 3,
         compare_plaintext: true,
-        ..LlamaRunOptions::default()
+        ..RunOptions::default()
     };
     let report = run_secure(model.clone(), &[vec![65, 42, 1812, 314]], &opts).unwrap();
     let r = &report.prompts[0];

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use ndarray::{Array1, Array2};
 use puma_core::PartyId;
 use puma_core::sim::Sim;
-use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::gpt2::config::{Activation, Gpt2Config};
+use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::nn::{LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
 
 const WIDTH: usize = 768;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use ndarray::{Array1, Array2};
 use puma_core::PartyId;
 use puma_core::sim::Sim;
-use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::gpt2::config::{Activation, Gpt2Config};
 use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
 use puma_layers::nn::{SHARE_CHUNK_WORDS, SecureSettings, SharedDecoder, forward_logits};
 
 /// Width 32, vocabulary 140,000: `wte` alone (4.48 M words) is longer than one chunk, so

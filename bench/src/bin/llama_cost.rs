@@ -22,7 +22,7 @@ use ndarray::{Array1, Array2};
 use puma_layers::llama::{LlamaConfig, LlamaLayer, LlamaWeights};
 use puma_layers::nn::LayerCosts;
 use puma_layers::nn::{SecureSettings, SiluApprox};
-use puma_runner::llama::{LlamaRunOptions, LoadedLlama, run_secure};
+use puma_runner::llama::{LoadedLlama, RunOptions, run_secure};
 
 /// A deterministic generator of small weights (xorshift64*, uniform in ±√3·std).
 struct Weights(u64);
@@ -96,13 +96,13 @@ fn measure(
         weights,
     };
     let prompt: Vec<u32> = (0..8).map(|t| 1000 + 37 * t).collect();
-    let opts = LlamaRunOptions {
+    let opts = RunOptions {
         max_new_tokens: 1,
         settings: SecureSettings {
             silu,
             ..SecureSettings::default()
         },
-        ..LlamaRunOptions::default()
+        ..RunOptions::default()
     };
     let r = run_secure(loaded, &[prompt], &opts).map_err(|e| e.to_string())?;
     let total: u64 = r.stats.iter().map(|s| s.payload_bytes_total()).sum();

@@ -33,6 +33,7 @@ use puma_runner::bert::{
     BERT_BASE, BERT_LARGE, BertReport, BertShape, LoadedBert, MINILM_DIR, PlainComparison,
     compare_plain, cosines, load_model, run_secure, synthetic_ids, synthetic_model,
 };
+use puma_runner::diagnostics::error_chain as chain;
 use serde_json::{Value, json};
 
 /// What the client asks for.
@@ -154,20 +155,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
 }
 
 fn run(args: &Args) -> Result<(), String> {

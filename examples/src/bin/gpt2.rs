@@ -25,6 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use puma_core::proto::{ExpApprox, GeluFit};
 use puma_layers::Gpt2Tokenizer;
 use puma_layers::nn::{GeluApprox, LayerKind, Observer, OutputMode, Progress, SecureSettings};
+use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
 };
@@ -184,21 +185,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its sources, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
 }
 
 /// Decodes ids to text, falling back to `<id>` for ids the tokenizer does not know.

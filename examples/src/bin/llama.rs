@@ -23,8 +23,9 @@ use puma_layers::bpe::BpeTokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::nn::OutputMode;
 use puma_layers::nn::{SecureSettings, SiluApprox};
+use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::llama::{
-    LlamaReport, LlamaRunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
+    LlamaReport, RunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
 };
 use serde_json::json;
 
@@ -103,20 +104,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let t = inner.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = inner.source();
-    }
-    s
-}
-
 /// The model's tokenizer: from the GGUF metadata, or `tokenizer.json` in the directory.
 fn tokenizer(path: &Path) -> Result<BpeTokenizer, String> {
     if path.extension().is_some_and(|e| e == "gguf") {
@@ -158,7 +145,7 @@ fn run(args: &Args) -> Result<(), String> {
         Mode::SecureArgmax => OutputMode::SecureArgmax,
         Mode::Private => OutputMode::Private,
     };
-    let opts = LlamaRunOptions {
+    let opts = RunOptions {
         max_new_tokens: max_new,
         mode,
         settings: SecureSettings {

@@ -26,9 +26,10 @@ use puma_core::{Config, PartyId, Session};
 use puma_layers::bert::{BertBatch, BertConfig};
 use puma_layers::bpe::BpeTokenizer;
 use puma_layers::llama::LlamaConfig;
-use puma_layers::nn::{Observer, Progress, SecureSettings};
+use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings};
 use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_layers::{Gpt2Config, Gpt2Tokenizer};
+use puma_runner::decoder::check_prompt;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_runner::party::{
     DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol, encoder_protocol, resolve,
@@ -451,27 +452,14 @@ fn load_gpt2_party(
             None,
         )
     };
-    let (prompt, tok) = if me == CLIENT {
-        let tok = Gpt2Tokenizer::new().map_err(model_err)?;
-        let ids: Vec<u32> = match &args.prompt_ids {
-            Some(ids) => ids.clone(),
-            None => tok.encode(&args.prompt.join(" ")),
-        };
-        config
-            .check_ids(&ids, 0)
-            .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
-        (Some(ids.into()), Some(Tokenizer::Gpt2(tok)))
+    let tok = if me == CLIENT {
+        Some(Gpt2Tokenizer::new().map_err(model_err)?)
     } else {
-        (None, None)
+        None
     };
-    let job = DecoderJob {
-        config,
-        weights,
-        prompt,
-        max_new_tokens: usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX),
-        settings: SecureSettings::default(),
-    };
-    Ok((PartyModel::Gpt2(job), tok))
+    let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
+    let job = decoder_job(args, config, weights, encode)?;
+    Ok((PartyModel::Gpt2(job), tok.map(Tokenizer::Gpt2)))
 }
 
 /// LLaMA: a Hugging Face directory or a GGUF file.
@@ -493,32 +481,52 @@ fn load_llama_party(
             None,
         )
     };
-    let (prompt, tok) = if me == CLIENT {
-        let tok = if gguf {
+    let tok = match (me == CLIENT, gguf) {
+        (false, _) => None,
+        (true, true) => {
             let f = puma_layers::gguf::GgufFile::open(path).map_err(model_err)?;
-            BpeTokenizer::from_gguf(&f).map_err(model_err)?
-        } else {
-            BpeTokenizer::from_file(&path.join("tokenizer.json")).map_err(model_err)?
-        };
-        let ids: Vec<u32> = match &args.prompt_ids {
-            Some(ids) => ids.clone(),
-            None => tok.encode(&args.prompt.join(" ")),
-        };
-        config
-            .check_ids(&ids, 0)
-            .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
-        (Some(ids.into()), Some(Tokenizer::Bpe(Box::new(tok))))
-    } else {
-        (None, None)
+            Some(BpeTokenizer::from_gguf(&f).map_err(model_err)?)
+        }
+        (true, false) => {
+            Some(BpeTokenizer::from_file(&path.join("tokenizer.json")).map_err(model_err)?)
+        }
     };
-    let job = DecoderJob {
+    let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
+    let job = decoder_job(args, config, weights, encode)?;
+    Ok((
+        PartyModel::Llama(job),
+        tok.map(|t| Tokenizer::Bpe(Box::new(t))),
+    ))
+}
+
+/// A decoder's job: at the client (`encode` is its tokenizer), the prompt ids from
+/// `--prompt-ids` or the encoded `--prompt`, checked against the model.
+fn decoder_job<A: DecoderArch>(
+    args: &Args,
+    config: A,
+    weights: Option<Arc<A::Weights>>,
+    encode: Option<impl Fn(&str) -> Vec<u32>>,
+) -> Result<DecoderJob<A>, PartyError> {
+    let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
+    let prompt = match encode {
+        Some(encode) => {
+            let ids = match &args.prompt_ids {
+                Some(ids) => ids.clone(),
+                None => encode(&args.prompt.join(" ")),
+            };
+            check_prompt(&config, &ids, max_new)
+                .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
+            Some(ids.into())
+        }
+        None => None,
+    };
+    Ok(DecoderJob {
         config,
         weights,
         prompt,
-        max_new_tokens: usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX),
+        max_new_tokens: max_new,
         settings: SecureSettings::default(),
-    };
-    Ok((PartyModel::Llama(job), tok))
+    })
 }
 
 /// BERT / RoBERTa: sentence embeddings of the client's sentences.

@@ -18,8 +18,8 @@ use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Width};
 use super::config::BertConfig;
 use super::plain::BertBatch;
 use super::weights::BertWeights;
-use crate::gpt2::weights::LayerNormWeights;
 use crate::gpt2::secure::encode_all;
+use crate::gpt2::weights::LayerNormWeights;
 use crate::nn::attention::{self, Heads};
 use crate::nn::embedding::{embed, share_one_hot};
 use crate::nn::{

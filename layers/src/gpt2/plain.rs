@@ -18,8 +18,8 @@
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, s};
 
-use crate::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
 use crate::gpt2::config::{Activation, Gpt2Config, InputError};
+use crate::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
 
 /// GeLU, tanh form (`gelu_new`): `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
 pub fn gelu_tanh(x: f64) -> f64 {

@@ -12,8 +12,8 @@
 use ndarray::{Array1, Array2, Axis};
 use puma_core::{Error, FixedPoint};
 
-use crate::gpt2::weights::{Gpt2Weights, LayerNormWeights};
 use crate::gpt2::config::Gpt2Config;
+use crate::gpt2::weights::{Gpt2Weights, LayerNormWeights};
 use crate::nn::decoder::{BlockTensor, DecoderArch, DecoderSpec, DecoderTensor, Positions};
 use crate::nn::{Heads, NormKind};
 

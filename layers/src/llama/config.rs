@@ -4,8 +4,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::gpt2::config::InputError;
 use crate::gguf::{GgufError, GgufFile};
+use crate::gpt2::config::InputError;
 
 /// Why a LLaMA configuration is unusable.
 #[derive(Debug, thiserror::Error)]

@@ -15,6 +15,7 @@ use super::linear::Linear;
 use super::norm::{Norm, NormKind};
 use super::plan::{TensorPlan, share_plan};
 use super::settings::SecureSettings;
+use crate::InputError;
 
 /// How positions enter the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -152,6 +153,37 @@ impl DecoderSpec {
         plan.total()
             .ok_or(Error::misuse("the decoder's size overflows"))?;
         Ok(())
+    }
+
+    /// Checks a prompt as generation needs it: not empty, ids below the vocabulary, and
+    /// `prompt.len() + max_new` within the model's positions.
+    ///
+    /// # Errors
+    /// [`InputError::Empty`], [`InputError::TooLong`] or [`InputError::TokenOutOfRange`]
+    /// naming the first bad id.
+    pub fn check_prompt(&self, prompt: &[u32], max_new: usize) -> Result<(), InputError> {
+        if prompt.is_empty() {
+            return Err(InputError::Empty);
+        }
+        let len = prompt.len().saturating_add(max_new);
+        if len > self.max_positions {
+            return Err(InputError::TooLong {
+                len,
+                n_positions: self.max_positions,
+            });
+        }
+        match prompt
+            .iter()
+            .enumerate()
+            .find(|(_, id)| **id as usize >= self.vocab)
+        {
+            Some((position, &id)) => Err(InputError::TokenOutOfRange {
+                position,
+                id,
+                vocab_size: self.vocab,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Every shared tensor with its length, in sharing order.
