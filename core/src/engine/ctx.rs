@@ -436,30 +436,23 @@ impl Ctx {
         }
     }
 
-    /// [`Ctx::pair_random`] of `Σ sizes` words, cut into pieces of `sizes`: the very same
-    /// words (one draw, one stream) without building the whole vector.
-    ///
-    /// # Errors
-    /// `Bug` only if the key bookkeeping is broken.
-    pub(crate) fn pair_random_parts(
-        &mut self,
-        j: PartyId,
-        sizes: &[usize],
-    ) -> Result<Option<Vec<Vec<u64>>>, Error> {
+    /// The words of [`Ctx::pair_random`] (one draw, one stream) taken piece by piece, so
+    /// that no one builds the whole vector and each piece's drawing can be budgeted
+    /// ([`Ctx::spend_draw`]); `None` at the third party. Every party must call it at the
+    /// same point.
+    pub(crate) fn pair_random_stream(&mut self, j: PartyId) -> Option<PairStream> {
         let t = self.next_draw();
-        let Some(key) = self.shared.keys.key(j) else {
-            return Ok(None);
-        };
-        self.charge_draw(sizes.iter().fold(0, |acc, &n| acc.saturating_add(n)));
+        let key = self.shared.keys.key(j)?;
         // The stream of `prss::fill(key, t, ..)`, continued from piece to piece.
         let mut rng = ChaCha12Rng::from_seed(*key);
         rng.set_stream(t);
-        Ok(Some(
-            sizes
-                .iter()
-                .map(|&n| (0..n).map(|_| rng.next_u64()).collect())
-                .collect(),
-        ))
+        Some(PairStream { rng })
+    }
+
+    /// [`Ctx::spend`] for drawing `n` PRSS words.
+    pub(crate) async fn spend_draw(&self, n: usize) {
+        self.spend((n as u64).saturating_mul(budget::PRSS_WORD))
+            .await;
     }
 
     /// `n` words of this party's private randomness. Unlike the correlated draws, a party
@@ -469,5 +462,17 @@ impl Ctx {
         self.private_draws += 1;
         self.charge_draw(n);
         self.shared.keys.private(t, n)
+    }
+}
+
+/// Words known to a pair of parties, drawn piece by piece ([`Ctx::pair_random_stream`]).
+pub(crate) struct PairStream {
+    rng: ChaCha12Rng,
+}
+
+impl PairStream {
+    /// The next `n` words.
+    pub(crate) fn take(&mut self, n: usize) -> Vec<u64> {
+        (0..n).map(|_| self.rng.next_u64()).collect()
     }
 }

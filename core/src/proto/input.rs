@@ -70,17 +70,23 @@ pub async fn share_input_parts(
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
     let me = ctx.me();
-    let masks = ctx.pair_random_parts(owner.next(), sizes)?;
+    let mut masks = ctx.pair_random_stream(owner.next());
     let zeros = || sizes.iter().map(|&n| alloc::vec![0u64; n]);
     match (me == owner, values) {
         (true, Some(mut vs))
             if vs.len() == sizes.len() && vs.iter().zip(sizes).all(|(v, &n)| v.len() == n) =>
         {
-            let fs = masks.ok_or(Error::bug("owner lacks its input mask"))?;
-            for (v, f) in vs.iter_mut().zip(&fs) {
-                for (x, m) in v.iter_mut().zip(f) {
+            let stream = masks
+                .as_mut()
+                .ok_or(Error::bug("owner lacks its input mask"))?;
+            let mut fs = Vec::with_capacity(sizes.len());
+            for v in vs.iter_mut() {
+                ctx.spend_draw(v.len()).await;
+                let f = stream.take(v.len());
+                for (x, m) in v.iter_mut().zip(&f) {
                     *x = x.wrapping_sub(*m);
                 }
+                fs.push(f);
             }
             ctx.send_parts_w64(me.prev(), &vs)?;
             Ok(vs
@@ -94,12 +100,15 @@ pub async fn share_input_parts(
         )),
         (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
         (false, None) if me == owner.next() => {
-            let fs = masks.ok_or(Error::bug("next party lacks the input mask"))?;
-            Ok(fs
-                .into_iter()
-                .zip(zeros())
-                .map(|(f, z)| Shares::from_parts(me, f, z))
-                .collect())
+            let stream = masks
+                .as_mut()
+                .ok_or(Error::bug("next party lacks the input mask"))?;
+            let mut out = Vec::with_capacity(sizes.len());
+            for (&n, z) in sizes.iter().zip(zeros()) {
+                ctx.spend_draw(n).await;
+                out.push(Shares::from_parts(me, stream.take(n), z));
+            }
+            Ok(out)
         }
         (false, None) => {
             let cs = ctx.recv_parts_w64(owner, sizes).await?;
@@ -153,15 +162,18 @@ where
     let chunks = total.div_ceil(chunk_words).max(1);
     let mut ctx = ctx.fork();
     let me = ctx.me();
-    let masks = ctx.pair_random_parts(owner.next(), sizes)?;
+    let mut masks = ctx.pair_random_stream(owner.next());
     match (me == owner, values) {
         (true, Some(vs)) => {
-            let fs = masks.ok_or(Error::bug("owner lacks its input mask"))?;
+            let stream = masks
+                .as_mut()
+                .ok_or(Error::bug("owner lacks its input mask"))?;
             let mut vs = vs.into_iter();
             let mut cs = Vec::with_capacity(sizes.len());
+            let mut fs = Vec::with_capacity(sizes.len());
             let mut chunk = Vec::with_capacity(total.min(chunk_words));
             let mut sent = 0;
-            for (&n, f) in sizes.iter().zip(&fs) {
+            for &n in sizes {
                 let mut v = vs
                     .next()
                     .ok_or(Error::misuse("the input owner passed too few vectors"))??;
@@ -170,9 +182,13 @@ where
                         "the input owner must pass one vector of each given size",
                     ));
                 }
-                for (x, m) in v.iter_mut().zip(f) {
+                // Each tensor's mask is drawn when it is needed, within the work budget.
+                ctx.spend_draw(n).await;
+                let f = stream.take(n);
+                for (x, m) in v.iter_mut().zip(&f) {
                     *x = x.wrapping_sub(*m);
                 }
+                fs.push(f);
                 let mut rest: &[u64] = &v;
                 while !rest.is_empty() {
                     let take = (chunk_words - chunk.len()).min(rest.len());
@@ -208,15 +224,18 @@ where
         )),
         (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
         (false, None) if me == owner.next() => {
-            let fs = masks.ok_or(Error::bug("next party lacks the input mask"))?;
+            let stream = masks
+                .as_mut()
+                .ok_or(Error::bug("next party lacks the input mask"))?;
+            let mut out = Vec::with_capacity(sizes.len());
+            for &n in sizes {
+                ctx.spend_draw(n).await;
+                out.push(Shares::from_parts(me, stream.take(n), alloc::vec![0; n]));
+            }
             for _ in 1..chunks {
                 ctx.recv(owner, 0, Width::W64).await?;
             }
-            Ok(fs
-                .into_iter()
-                .zip(sizes)
-                .map(|(f, &n)| Shares::from_parts(me, f, alloc::vec![0; n]))
-                .collect())
+            Ok(out)
         }
         (false, None) => {
             let mut cs: Vec<Vec<u64>> = Vec::with_capacity(sizes.len());
