@@ -1,19 +1,50 @@
-//! Three `puma-party` OS processes on 127.0.0.1 (ephemeral ports): a complete secure
-//! GPT-2 run on the tiny model, and a party killed mid-run.
+//! Three `puma-party` OS processes on 127.0.0.1 (ephemeral ports): complete secure runs of
+//! every architecture whose client output equals the in-process run's (tiny GPT-2, LLaMA
+//! and BERT; SmolLM2-135M and all-MiniLM-L6-v2 when fetched), and a party killed mid-run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use puma_layers::bert::BertBatch;
+use puma_layers::bert::secure::Outputs;
+use puma_layers::bpe::BpeTokenizer;
+use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::nn::SecureSettings;
+use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_runner::gpt2::{TINY_MODEL_DIR, load_model};
+use puma_runner::llama::{LlamaRunOptions, SMOLLM2_GGUF};
+use puma_runner::{bert, llama};
 
 const PARTY: &str = env!("CARGO_BIN_EXE_puma-party");
 const KEYGEN: &str = env!("CARGO_BIN_EXE_keygen");
 const PROMPT: [u32; 3] = [464, 2068, 7586];
+/// `--timeout` of the tiny models' runs (a peer's death is noticed sooner: the link breaks).
+const TINY_TIMEOUT: u64 = 10;
+/// `--timeout` of the real models' runs: generous for a busy machine.
+const REAL_TIMEOUT: u64 = 120;
+
+/// The real-model tests hold gigabytes each (SmolLM2's three parties about 6 GB): one at a
+/// time.
+static REAL_MODELS: Mutex<()> = Mutex::new(());
+
+/// How far the embeddings of two secure runs may differ. Both runs compute the same
+/// fixed-point approximations (exponential, reciprocal, square root), so most of their
+/// error against the plaintext model is common to both (measured 1.7e-5 on the tiny BERT,
+/// 2.2e-5 on MiniLM, either run); only the truncations' stochastic rounding (+0 or +1 unit
+/// of 2^-18 ≈ 3.8e-6, drawn from each run's own randomness) differs, plus 5e-7 from the
+/// printed 6 decimals. Measured over 6 runs: at most 4.3e-6 (tiny) and 8.1e-6 (MiniLM);
+/// the bound is 13 units, a hundred times tighter than [`TO_PLAINTEXT`].
+const BETWEEN_RUNS: f64 = 5e-5;
+/// The secure-vs-plaintext bound on sentence embeddings (as in layers/tests/bert_secure.rs).
+const TO_PLAINTEXT: f64 = 5e-3;
+/// Smallest cosine between the two runs' embeddings of a sentence.
+const MIN_COSINE: f64 = 0.9999;
 
 fn pki(name: &str, transport: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("puma-party-{name}-{}", std::process::id()));
@@ -33,7 +64,8 @@ struct Party {
 }
 
 impl Party {
-    fn spawn(id: u8, config: &Path, extra: &[String]) -> Party {
+    /// Party `id` on `model`, waiting at most `timeout` seconds for a peer.
+    fn spawn(id: u8, config: &Path, model: &str, timeout: u64, extra: &[String]) -> Party {
         let mut child = Command::new(PARTY)
             .args([
                 "--id",
@@ -41,7 +73,7 @@ impl Party {
                 "--config",
                 config.to_str().unwrap(),
             ])
-            .args(["--model", TINY_MODEL_DIR, "--timeout", "10"])
+            .args(["--model", model, "--timeout", &timeout.to_string()])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -81,8 +113,9 @@ impl Party {
         }
     }
 
+    /// The address it listens on (the owner loads its weights first).
     fn listening_addr(&mut self) -> String {
-        let l = self.wait_for("listening on", Duration::from_secs(30));
+        let l = self.wait_for("listening on", Duration::from_secs(120));
         l.rsplit(' ').next().unwrap().to_string()
     }
 
@@ -114,16 +147,17 @@ impl Party {
     }
 }
 
-/// Starts P0, P1 and P2 on ephemeral ports, each learning the earlier ones' addresses.
-fn start(config: &Path, client_args: &[String]) -> [Party; 3] {
+/// Starts P0, P1 and P2 on `model` on ephemeral ports, each learning the earlier ones'
+/// addresses.
+fn start(config: &Path, model: &str, timeout: u64, client_args: &[String]) -> [Party; 3] {
     let listen = ["--listen".to_string(), "127.0.0.1:0".to_string()];
     let mut args0 = listen.to_vec();
     args0.extend_from_slice(client_args);
-    let mut p0 = Party::spawn(0, config, &args0);
+    let mut p0 = Party::spawn(0, config, model, timeout, &args0);
     let a0 = p0.listening_addr();
     let mut args1 = listen.to_vec();
     args1.extend(["--peer".into(), format!("0={a0}")]);
-    let mut p1 = Party::spawn(1, config, &args1);
+    let mut p1 = Party::spawn(1, config, model, timeout, &args1);
     let a1 = p1.listening_addr();
     let args2 = [
         "--listen".into(),
@@ -133,53 +167,327 @@ fn start(config: &Path, client_args: &[String]) -> [Party; 3] {
         "--peer".into(),
         format!("1={a1}"),
     ];
-    let p2 = Party::spawn(2, config, &args2);
+    let p2 = Party::spawn(2, config, model, timeout, &args2);
     [p0, p1, p2]
 }
 
+/// Runs the three parties on `model` over `transport` to the end (at most `limit`):
+/// asserts that all succeed and that only the client prints; returns its stdout and the
+/// wall time from the first spawn.
+fn run_to_end(
+    name: &str,
+    transport: &str,
+    model: &str,
+    timeout: u64,
+    client_args: &[String],
+    limit: Duration,
+) -> (String, Duration) {
+    let config = pki(name, transport);
+    let t0 = Instant::now();
+    let [p0, p1, p2] = start(&config, model, timeout, client_args);
+    let (c2, out2, e2, _) = p2.finish(limit);
+    let (c1, out1, e1, _) = p1.finish(Duration::from_secs(30));
+    let (c0, out0, e0, _) = p0.finish(Duration::from_secs(30));
+    let took = t0.elapsed();
+    assert_eq!(c0, Some(0), "{name} P0: {e0}");
+    assert_eq!(c1, Some(0), "{name} P1: {e1}");
+    assert_eq!(c2, Some(0), "{name} P2: {e2}");
+    assert_eq!((out1.as_str(), out2.as_str()), ("", ""), "{name}");
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    (out0, took)
+}
+
 fn client_args(n: usize) -> Vec<String> {
-    let ids: Vec<String> = PROMPT.iter().map(u32::to_string).collect();
+    decoder_args(&PROMPT, n)
+}
+
+/// The client's arguments of a decoder run on prompt ids.
+fn decoder_args(prompt: &[u32], n: usize) -> Vec<String> {
     vec![
         "--prompt-ids".into(),
-        ids.join(","),
+        join(prompt),
         "--max-new-tokens".into(),
         n.to_string(),
     ]
 }
 
+fn join(ids: &[u32]) -> String {
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    ids.join(",")
+}
+
+/// The ids of the client's `ids: 1,2,3` line.
+fn printed_ids(out: &str) -> Vec<u32> {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ids: "))
+        .unwrap_or_else(|| panic!("no ids line: {out}"));
+    line.split(',').map(|v| v.parse().unwrap()).collect()
+}
+
+/// The client's `embedding i: v1,v2,...` lines, in order.
+fn printed_embeddings(out: &str) -> Vec<Vec<f64>> {
+    let mut rows = Vec::new();
+    for l in out.lines() {
+        let (head, vals) = l.split_once(": ").unwrap();
+        assert_eq!(head, format!("embedding {}", rows.len()), "{out}");
+        rows.push(vals.split(',').map(|v| v.parse().unwrap()).collect());
+    }
+    rows
+}
+
+/// The largest |a − b| and the smallest cosine of corresponding rows.
+fn distance(a: &[Vec<f64>], b: &[Vec<f64>]) -> (f64, f64) {
+    assert_eq!(a.len(), b.len());
+    let (mut max_abs, mut min_cos) = (0.0f64, 1.0f64);
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        let dot: f64 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+        let norm = |v: &[f64]| v.iter().map(|p| p * p).sum::<f64>().sqrt();
+        min_cos = min_cos.min(dot / (norm(x) * norm(y)));
+        for (p, q) in x.iter().zip(y) {
+            max_abs = max_abs.max((p - q).abs());
+        }
+    }
+    (max_abs, min_cos)
+}
+
+/// A real model's path (`var` overrides `default`), or `None` after printing `SKIPPED` when
+/// it has not been fetched; with `PUMA_REQUIRE_REAL_MODELS=1` (as in CI) its absence fails.
+fn real_model(var: &str, default: &str, fetch: &str) -> Option<String> {
+    let path = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    if Path::new(&path).exists() {
+        return Some(path);
+    }
+    assert_ne!(
+        std::env::var("PUMA_REQUIRE_REAL_MODELS").as_deref(),
+        Ok("1"),
+        "{path} is missing and PUMA_REQUIRE_REAL_MODELS=1: run {fetch}"
+    );
+    eprintln!("SKIPPED: {path} not found (run {fetch} or set {var})");
+    None
+}
+
 #[test]
 fn three_processes_complete_a_secure_gpt2_run() {
+    let n = 3;
+    // The plaintext model's greedy ids.
+    let model = load_model(Path::new(TINY_MODEL_DIR)).unwrap();
+    let plain = PlainGpt2::new(model.config, model.weights).unwrap();
+    let want = plain.generate_greedy(&PROMPT, n).unwrap();
     for transport in ["tcp", "quic"] {
-        let config = pki(&format!("ok-{transport}"), transport);
-        let n = 3;
-        let [p0, p1, p2] = start(&config, &client_args(n));
-        let (c2, _, e2, _) = p2.finish(Duration::from_secs(120));
-        let (c1, out1, e1, _) = p1.finish(Duration::from_secs(30));
-        let (c0, out0, e0, _) = p0.finish(Duration::from_secs(30));
-        assert_eq!(c0, Some(0), "{transport} P0: {e0}");
-        assert_eq!(c1, Some(0), "{transport} P1: {e1}");
-        assert_eq!(c2, Some(0), "{transport} P2: {e2}");
-        // Only the client prints a result: the plaintext model's greedy ids.
-        let model = load_model(Path::new(TINY_MODEL_DIR)).unwrap();
-        let plain = PlainGpt2::new(model.config, model.weights).unwrap();
-        let want: Vec<String> = plain
-            .generate_greedy(&PROMPT, n)
-            .unwrap()
-            .iter()
-            .map(u32::to_string)
-            .collect();
-        assert!(
-            out0.contains(&format!("ids: {}", want.join(","))),
-            "{transport}: {out0}"
+        let (out, _) = run_to_end(
+            &format!("ok-{transport}"),
+            transport,
+            TINY_MODEL_DIR,
+            TINY_TIMEOUT,
+            &client_args(n),
+            Duration::from_secs(120),
         );
-        assert!(!out1.contains("ids:"), "{out1}");
+        assert_eq!(printed_ids(&out), want, "{transport}: {out}");
     }
+}
+
+/// The client's prompt: ids, or text it tokenizes itself.
+enum Prompt<'a> {
+    Ids,
+    Text(&'a str),
+}
+
+/// A decoder over TCP against the in-process run of the same prompt (`prompt` are its ids):
+/// the client's ids equal the in-process run's and the plaintext greedy ids, and its text
+/// is their decoding. Returns the ids.
+fn decoder_matches_in_process(
+    name: &str,
+    model: &str,
+    prompt: &[u32],
+    given: Prompt<'_>,
+    n: usize,
+    tok: &BpeTokenizer,
+    timeout: u64,
+) -> Vec<u32> {
+    let opts = LlamaRunOptions {
+        max_new_tokens: n,
+        compare_plaintext: true,
+        ..LlamaRunOptions::default()
+    };
+    let t0 = Instant::now();
+    let loaded = llama::load_model(Path::new(model)).unwrap();
+    let report = llama::run_secure(loaded, &[prompt.to_vec()], &opts).unwrap();
+    let in_process = t0.elapsed();
+    let r = report.prompts.into_iter().next().unwrap();
+    let args = match given {
+        Prompt::Ids => decoder_args(prompt, n),
+        Prompt::Text(t) => ["--prompt", t, "--max-new-tokens", &n.to_string()]
+            .map(String::from)
+            .to_vec(),
+    };
+    let (out, over_tcp) = run_to_end(
+        name,
+        "tcp",
+        model,
+        timeout,
+        &args,
+        Duration::from_secs(1200),
+    );
+    eprintln!(
+        "{name}: ids {:?}; in process {in_process:.1?}, three processes over TCP {over_tcp:.1?}",
+        r.secure_ids
+    );
+    let ids = printed_ids(&out);
+    assert_eq!(ids, r.secure_ids, "{name}: {out}");
+    let text = format!("text: {:?}", tok.decode(&ids).unwrap());
+    assert!(out.lines().any(|l| l == text), "{name}: {out}");
+    assert_eq!(Some(&ids), r.plaintext.as_ref().map(|p| &p.ids), "{name}");
+    ids
+}
+
+#[test]
+fn three_processes_run_the_tiny_llama_like_the_in_process_run() {
+    let tok =
+        BpeTokenizer::from_file(&Path::new(llama::TINY_MODEL_DIR).join("tokenizer.json")).unwrap();
+    let ids = decoder_matches_in_process(
+        "llama-tiny",
+        llama::TINY_MODEL_DIR,
+        &[65, 42, 1812, 314],
+        Prompt::Ids,
+        4,
+        &tok,
+        TINY_TIMEOUT,
+    );
+    // The random model repeats the prompt's last token.
+    assert_eq!(ids, [314; 4]);
+}
+
+#[test]
+fn three_processes_run_smollm2_like_the_in_process_run() {
+    let Some(path) = real_model(
+        "PUMA_SMOLLM2_GGUF",
+        SMOLLM2_GGUF,
+        "scripts/fetch-smollm2.sh",
+    ) else {
+        return;
+    };
+    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
+    let tok = BpeTokenizer::from_gguf(&GgufFile::open(Path::new(&path)).unwrap()).unwrap();
+    // The client tokenizes the text itself. The prompt's ids and the first greedy ids are
+    // those of models/smollm2-135m/reference.safetensors (prompt p1).
+    let text = "The capital of France is";
+    let prompt = tok.encode(text);
+    assert_eq!(prompt, [504, 3575, 282, 4649, 314]);
+    let ids = decoder_matches_in_process(
+        "smollm2",
+        &path,
+        &prompt,
+        Prompt::Text(text),
+        3,
+        &tok,
+        REAL_TIMEOUT,
+    );
+    assert_eq!(ids, [7042, 30, 198]);
+    assert_eq!(tok.decode(&ids).unwrap(), " Paris.\n");
+}
+
+/// An encoder over TCP on `sentences` against the in-process run and the plaintext model:
+/// the client's embeddings are within [`BETWEEN_RUNS`] and [`MIN_COSINE`] of the in-process
+/// run's, both within [`TO_PLAINTEXT`] of the plaintext model's.
+fn encoder_matches_in_process(name: &str, dir: &str, sentences: &[&str], timeout: u64) {
+    let model = bert::load_model(Path::new(dir)).unwrap();
+    let tok = WordPieceTokenizer::from_dir(Path::new(dir)).unwrap();
+    // The client's batch: each sentence alone, token type 0, padded with 0.
+    let seqs: Vec<(Vec<u32>, Vec<u32>)> = sentences
+        .iter()
+        .map(|s| {
+            let ids = tok.encode(s);
+            let types = vec![0; ids.len()];
+            (ids, types)
+        })
+        .collect();
+    let batch = BertBatch::padded(&seqs, 0).unwrap();
+    let outputs = Outputs {
+        embeddings: true,
+        ..Outputs::default()
+    };
+    let t0 = Instant::now();
+    let report = bert::run_secure(&model, &batch, outputs, SecureSettings::default(), 7).unwrap();
+    let in_process_time = t0.elapsed();
+    let d = model.config.hidden_size;
+    let in_process: Vec<Vec<f64>> = report
+        .client
+        .embeddings
+        .as_ref()
+        .unwrap()
+        .chunks(d)
+        .map(<[f64]>::to_vec)
+        .collect();
+    let plain = bert::compare_plain(&model, &batch, &report.client).unwrap();
+    let plain: Vec<Vec<f64>> = plain
+        .embeddings
+        .rows()
+        .into_iter()
+        .map(|r| r.to_vec())
+        .collect();
+    drop(model);
+    let mut args = Vec::new();
+    for s in sentences {
+        args.extend(["--prompt".to_string(), (*s).to_string()]);
+    }
+    let (out, over_tcp) = run_to_end(name, "tcp", dir, timeout, &args, Duration::from_secs(1200));
+    let printed = printed_embeddings(&out);
+    assert_eq!(printed.len(), sentences.len(), "{out}");
+    let (between, cos) = distance(&printed, &in_process);
+    let (to_plain, _) = distance(&printed, &plain);
+    let (in_process_to_plain, _) = distance(&in_process, &plain);
+    eprintln!(
+        "{name}: in process {in_process_time:.1?}, three processes over TCP {over_tcp:.1?}; \
+         max |processes - in process| {between:.2e}, min cosine {cos:.8}; max |processes - \
+         plaintext| {to_plain:.2e}, max |in process - plaintext| {in_process_to_plain:.2e}"
+    );
+    assert!(to_plain <= TO_PLAINTEXT, "{name}: {to_plain}");
+    assert!(
+        in_process_to_plain <= TO_PLAINTEXT,
+        "{name}: {in_process_to_plain}"
+    );
+    assert!(between <= BETWEEN_RUNS, "{name}: {between}");
+    assert!(cos >= MIN_COSINE, "{name}: {cos}");
+}
+
+#[test]
+fn three_processes_run_the_tiny_bert_like_the_in_process_run() {
+    encoder_matches_in_process(
+        "bert-tiny",
+        bert::TINY_MODEL_DIR,
+        &["Hello world", "How old are you?"],
+        TINY_TIMEOUT,
+    );
+}
+
+#[test]
+fn three_processes_run_minilm_like_the_in_process_run() {
+    let Some(dir) = real_model(
+        "PUMA_MINILM_DIR",
+        bert::MINILM_DIR,
+        "scripts/fetch-minilm.sh",
+    ) else {
+        return;
+    };
+    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
+    encoder_matches_in_process(
+        "minilm",
+        &dir,
+        &[
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The girl is carrying a baby.",
+        ],
+        REAL_TIMEOUT,
+    );
 }
 
 #[test]
 fn killing_a_party_mid_run_ends_the_others_with_an_error_naming_it() {
     let config = pki("kill", "tcp");
-    let [mut p0, p1, mut p2] = start(&config, &client_args(40));
+    let [mut p0, p1, mut p2] = start(&config, TINY_MODEL_DIR, TINY_TIMEOUT, &client_args(40));
     // Mid-run: the prompt step is done, many steps remain.
     p0.wait_for("step 1 of 40 done", Duration::from_secs(120));
     p2.child.kill().unwrap();
