@@ -18,7 +18,7 @@ use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::nn::SecureSettings;
 use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_runner::gpt2::{TINY_MODEL_DIR, load_model};
-use puma_runner::llama::{LlamaRunOptions, SMOLLM2_GGUF};
+use puma_runner::llama::{RunOptions, SMOLLM2_GGUF};
 use puma_runner::{bert, llama};
 
 const PARTY: &str = env!("CARGO_BIN_EXE_puma-party");
@@ -306,10 +306,10 @@ fn decoder_matches_in_process(
     tok: &BpeTokenizer,
     timeout: u64,
 ) -> Vec<u32> {
-    let opts = LlamaRunOptions {
+    let opts = RunOptions {
         max_new_tokens: n,
         compare_plaintext: true,
-        ..LlamaRunOptions::default()
+        ..RunOptions::default()
     };
     let t0 = Instant::now();
     let loaded = llama::load_model(Path::new(model)).unwrap();
