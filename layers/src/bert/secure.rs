@@ -9,7 +9,7 @@
 //! every intermediate value.
 //!
 //! Every layer runs on [`puma_core::proto`]; all sequences, rows and heads of a layer share
-//! the rounds: matrix products with one truncation, LayerNorm, GeLU ([`GeluApprox`]) and a
+//! the rounds: matrix products with one truncation, LayerNorm, GeLU ([`crate::nn::GeluApprox`]) and a
 //! softmax over each sequence's real tokens (padded positions are never computed).
 
 use puma_core::proto;
