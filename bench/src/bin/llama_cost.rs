@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use ndarray::{Array1, Array2};
 use puma_layers::llama::{LlamaConfig, LlamaLayer, LlamaWeights};
-use puma_layers::nn::LayerCosts;
+use puma_layers::nn::{DecoderArch, LayerCosts};
 use puma_layers::nn::{SecureSettings, SiluApprox};
 use puma_runner::llama::{LoadedLlama, RunOptions, run_secure};
 
@@ -104,11 +104,18 @@ fn measure(
         },
         ..RunOptions::default()
     };
+    let share_rounds = loaded
+        .config
+        .spec()
+        .and_then(|s| s.share_rounds())
+        .map_err(|e| e.to_string())?;
     let r = run_secure(loaded, &[prompt], &opts).map_err(|e| e.to_string())?;
     let total: u64 = r.stats.iter().map(|s| s.payload_bytes_total()).sum();
     let bytes = (total - r.share_bytes) as f64;
-    // The sharing takes one round.
-    let rounds = r.rounds() - 1;
+    // The model's streamed sharing takes one round per chunk.
+    let rounds = r
+        .rounds()
+        .saturating_sub(u32::try_from(share_rounds).unwrap_or(u32::MAX));
     println!(
         "  s = 1/{s_div:<2} layers {layers}: {:>10.2} MB, {rounds} rounds ({:.1} s)",
         bytes / 1e6,

@@ -83,7 +83,8 @@ impl LayerKind {
 
 impl std::fmt::Display for LayerKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        // `pad` honours the width and alignment of the format string (report tables).
+        f.pad(self.name())
     }
 }
 

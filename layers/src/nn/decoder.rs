@@ -186,6 +186,20 @@ impl DecoderSpec {
         }
     }
 
+    /// The rounds [`SharedDecoder::share`] takes: one per chunk of
+    /// [`SHARE_CHUNK_WORDS`](super::SHARE_CHUNK_WORDS) parameters, at least one.
+    ///
+    /// # Errors
+    /// `Misuse` if a size overflows.
+    pub fn share_rounds(&self) -> Result<usize, Error> {
+        let params = self
+            .tensors()?
+            .iter()
+            .try_fold(0usize, |acc, (_, n)| acc.checked_add(*n))
+            .ok_or(Error::misuse("the decoder's size overflows"))?;
+        Ok(params.div_ceil(super::SHARE_CHUNK_WORDS).max(1))
+    }
+
     /// Every shared tensor with its length, in sharing order.
     ///
     /// # Errors
