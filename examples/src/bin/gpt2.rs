@@ -492,12 +492,12 @@ fn print_summary(r: &Gpt2Report, tok: &Gpt2Tokenizer, prompt_text: Option<&str>)
     }
     println!(
         "  {:<18} {:>12} {:>12} {:>12}",
-        "client inputs",
+        "not attributed",
         mb(unmetered_bytes(r, 0)),
         mb(unmetered_bytes(r, 1)),
         mb(unmetered_bytes(r, 2)),
     );
-    println!("  (client inputs: the one-hot rows of the prompt and of each fed-back token)");
+    println!("  (not attributed: bytes no layer kind claims; zero unless metering has a gap)");
     println!();
     println!("per step (payload sent per party, epochs, client time):");
     for k in 0..r.costs[0].steps.len() {
