@@ -307,6 +307,25 @@ unsafe fn own_model<'a>(
     Ok(m)
 }
 
+/// Borrows a decoder model of `s`'s party, for `what` (named in the error otherwise).
+///
+/// # Safety
+/// As [`own_model`].
+unsafe fn own_decoder<'a>(
+    s: &puma_session,
+    model: *const puma_model,
+    what: &str,
+) -> Result<&'a puma_model, FfiError> {
+    // SAFETY: the caller's contract.
+    let m = unsafe { own_model(s, model) }?;
+    match &*m.shared {
+        SharedModel::Decoder { .. } => Ok(m),
+        SharedModel::Encoder(_) => Err(FfiError::invalid(format!(
+            "{what} needs a decoder model (GPT-2, LLaMA)"
+        ))),
+    }
+}
+
 /// The client's token ids, checked: `Some` at the client (which must pass them), `None`
 /// elsewhere (which must not).
 ///
@@ -371,14 +390,9 @@ pub unsafe extern "C" fn puma_session_start_generate(
         let s = unsafe { handle::borrow_mut(session) }?;
         s.check_idle()?;
         // SAFETY: the caller's contract.
-        let m = unsafe { own_model(s, model) }?;
+        let m = unsafe { own_decoder(s, model, "generation") }?;
         let client = party(client, "client")?;
         let info = m.info();
-        if !matches!(&*m.shared, SharedModel::Decoder { .. }) {
-            return Err(FfiError::invalid(
-                "generation needs a decoder model (GPT-2, LLaMA)",
-            ));
-        }
         if prompt_len == 0 || max_new == 0 {
             return Err(FfiError::invalid(
                 "`prompt_len` and `max_new` must be positive",
@@ -453,14 +467,9 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
         let s = unsafe { handle::borrow_mut(session) }?;
         s.check_idle()?;
         // SAFETY: the caller's contract.
-        let m = unsafe { own_model(s, model) }?;
+        let m = unsafe { own_decoder(s, model, "a forward pass") }?;
         let client = party(client, "client")?;
         let info = m.info();
-        if !matches!(&*m.shared, SharedModel::Decoder { .. }) {
-            return Err(FfiError::invalid(
-                "a forward pass needs a decoder model (GPT-2, LLaMA)",
-            ));
-        }
         if len == 0 || len > info.max_positions {
             return Err(FfiError::invalid(format!(
                 "`len` must be in 1..={}",

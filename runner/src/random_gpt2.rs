@@ -87,9 +87,16 @@ pub fn shape_config(shape: Gpt2Shape, layers: usize) -> Gpt2Config {
 /// from a fixed seed (the same weights on every call).
 pub fn random_gpt2(shape: Gpt2Shape, layers: usize) -> (Gpt2Config, Gpt2Weights) {
     let cfg = shape_config(shape, layers);
+    let w = random_weights(&cfg, 2024);
+    (cfg, w)
+}
+
+/// Weights of the shape `cfg` describes, drawn with GPT-2's initialisation scale from
+/// `seed` (LayerNorms the identity, biases zero; the same weights for the same seed).
+pub fn random_weights(cfg: &Gpt2Config, seed: u64) -> Gpt2Weights {
     let (d, v, p, inner) = (cfg.n_embd, cfg.vocab_size, cfg.n_positions, cfg.n_inner);
-    let mut st = 2024u64;
-    let blocks = (0..layers)
+    let mut st = seed;
+    let blocks = (0..cfg.n_layer)
         .map(|_| Gpt2Block {
             ln_1: ln(d),
             attn_w: matrix(d, 3 * d, &mut st),
@@ -103,14 +110,13 @@ pub fn random_gpt2(shape: Gpt2Shape, layers: usize) -> (Gpt2Config, Gpt2Weights)
             fc_proj_b: Array1::zeros(d),
         })
         .collect();
-    let w = Gpt2Weights {
+    Gpt2Weights {
         wte: matrix(v, d, &mut st),
         wpe: matrix(p, d, &mut st) * 0.5,
         blocks,
         ln_f: ln(d),
         lm_head: None,
-    };
-    (cfg, w)
+    }
 }
 
 /// Peak resident set size of this process in bytes (Linux `VmHWM`), if known.

@@ -17,39 +17,18 @@
 
 use std::sync::Arc;
 
-use ndarray::{Array1, Array2};
 use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::gpt2::config::{Activation, Gpt2Config};
-use puma_layers::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights};
+use puma_layers::gpt2::weights::Gpt2Weights;
 use puma_layers::nn::{LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_runner::random_gpt2::random_weights;
 
 const WIDTH: usize = 768;
 const HEADS: usize = 12;
 const PROMPT: usize = 32;
 const BASE_LAYERS: u64 = 12;
 const BASE_VOCAB: u64 = 50257;
-
-fn uniform(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-}
-
-fn matrix(rows: usize, cols: usize, st: &mut u64) -> Array2<f64> {
-    let s = 0.02 * 3f64.sqrt();
-    Array2::from_shape_fn((rows, cols), |_| s * uniform(st))
-}
-
-fn ln(d: usize) -> LayerNormWeights {
-    LayerNormWeights {
-        gamma: Array1::ones(d),
-        beta: Array1::zeros(d),
-    }
-}
 
 /// A base-width GPT-2 with `layers` blocks and vocabulary `vocab`, GPT-2's weight scale.
 fn model(layers: usize, vocab: usize) -> (Gpt2Config, Gpt2Weights) {
@@ -64,28 +43,7 @@ fn model(layers: usize, vocab: usize) -> (Gpt2Config, Gpt2Weights) {
         layer_norm_epsilon: 1e-5,
         activation: Activation::GeluTanh,
     };
-    let mut st = 7u64;
-    let blocks = (0..layers)
-        .map(|_| Gpt2Block {
-            ln_1: ln(d),
-            attn_w: matrix(d, 3 * d, &mut st),
-            attn_b: Array1::zeros(3 * d),
-            proj_w: matrix(d, d, &mut st),
-            proj_b: Array1::zeros(d),
-            ln_2: ln(d),
-            fc_w: matrix(d, inner, &mut st),
-            fc_b: Array1::zeros(inner),
-            fc_proj_w: matrix(inner, d, &mut st),
-            fc_proj_b: Array1::zeros(d),
-        })
-        .collect();
-    let w = Gpt2Weights {
-        wte: matrix(vocab, d, &mut st),
-        wpe: matrix(p, d, &mut st) * 0.5,
-        blocks,
-        ln_f: ln(d),
-        lm_head: None,
-    };
+    let w = random_weights(&cfg, 7);
     (cfg, w)
 }
 

@@ -56,29 +56,6 @@ impl LayerKind {
             LayerKind::MeanPooling => "mean pooling",
         }
     }
-
-    /// The kind named `name` (as [`LayerKind::name`] writes it).
-    pub fn from_name(name: &str) -> Option<LayerKind> {
-        LayerKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// Every kind, in report order.
-    pub const ALL: [LayerKind; 14] = [
-        LayerKind::Input,
-        LayerKind::Embedding,
-        LayerKind::LayerNorm,
-        LayerKind::RmsNorm,
-        LayerKind::Linear,
-        LayerKind::Rope,
-        LayerKind::AttentionMatmul,
-        LayerKind::Softmax,
-        LayerKind::Gelu,
-        LayerKind::Silu,
-        LayerKind::LmHead,
-        LayerKind::Output,
-        LayerKind::Pooler,
-        LayerKind::MeanPooling,
-    ];
 }
 
 impl std::fmt::Display for LayerKind {
@@ -129,10 +106,5 @@ impl LayerCosts {
             .iter()
             .find(|(k, _, _)| *k == kind)
             .map(|&(_, b, e)| (b, e))
-    }
-
-    /// Payload bytes over all kinds.
-    pub fn total_bytes(&self) -> u64 {
-        self.entries.iter().map(|e| e.1).sum()
     }
 }

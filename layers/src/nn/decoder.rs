@@ -514,6 +514,17 @@ impl SharedDecoder {
         } else {
             (Vec::new(), Vec::new())
         };
+        // The rotary coefficients depend on the positions only: the same for every block.
+        let rope = match spec.positions {
+            Positions::Rotary { theta } => {
+                let fx = ctx.fixed();
+                Some((
+                    RopeMap::new(h.q, rows, h.dim, past, theta, fx)?,
+                    RopeMap::new(h.kv, rows, h.dim, past, theta, fx)?,
+                ))
+            }
+            Positions::Learned => None,
+        };
         for (layer, blk) in self.blocks.iter().enumerate() {
             let m0 = ctx.meter();
             let a = blk.attn_norm.forward(ctx, &x, rows, d, bound).await?;
@@ -525,12 +536,12 @@ impl SharedDecoder {
             let v = qkv.gather(&v_idx)?;
             let (q, k) = match spec.positions {
                 Positions::Learned => (qkv.gather(&q_idx)?, qkv.gather(&k_idx)?),
-                Positions::Rotary { theta } => {
+                Positions::Rotary { .. } => {
                     // A local linear map with public coefficients, then one truncation.
-                    let fx = ctx.fixed();
-                    let q = rope_local(&qkv.gather(&q_idx)?, h.q, rows, h.dim, past, theta, fx)?;
-                    let k = rope_local(&qkv.gather(&k_idx)?, h.kv, rows, h.dim, past, theta, fx)?;
-                    let f = fx.frac_bits();
+                    let (rq, rk) = rope.as_ref().ok_or(Error::bug("rotary tables missing"))?;
+                    let q = rq.apply(&qkv.gather(&q_idx)?)?;
+                    let k = rk.apply(&qkv.gather(&k_idx)?)?;
+                    let f = ctx.fixed().frac_bits();
                     let qk = proto::trunc(ctx, &Shares::concat(&[&q, &k])?, f).await?;
                     let (q, k) = qk.split_at(h.q * rows * h.dim)?;
                     costs.add(LayerKind::Rope, m2, ctx.meter());
@@ -583,48 +594,63 @@ impl SharedDecoder {
     }
 }
 
-/// Rotary embedding of `x` laid out as `heads × rows × dim` (row i at position
-/// `start + i`): out = x·C + swap(x)·S' with public C, S' at f bits (local); the caller
-/// truncates by f, batched.
-fn rope_local(
-    x: &Shares,
-    heads: usize,
-    rows: usize,
-    dim: usize,
-    start: usize,
-    theta: f64,
-    fx: FixedPoint,
-) -> Result<Shares, Error> {
-    let half = dim / 2;
-    let n = heads * rows * dim;
-    let mut cs = Vec::with_capacity(n);
-    let mut ss = Vec::with_capacity(n);
-    let mut swap = Vec::with_capacity(n);
-    let angles: Vec<(Vec<f64>, Vec<f64>)> = (0..rows)
-        .map(|i| crate::llama::rope::cos_sin(start + i, dim, theta))
-        .collect();
-    for h in 0..heads {
-        for (i, (cos, sin)) in angles.iter().enumerate() {
-            let base = (h * rows + i) * dim;
-            for c in 0..dim {
-                let p = c % half.max(1);
-                let (cv, sv) = (
-                    cos.get(p).copied().unwrap_or(1.0),
-                    sin.get(p).copied().unwrap_or(0.0),
-                );
-                cs.push(fx.encode(cv)?);
-                // x'[c] = x[c]·cos − x[c+half]·sin (c < half); x[c]·cos + x[c−half]·sin.
-                if c < half {
-                    ss.push(fx.encode(-sv)?);
-                    swap.push(base + c + half);
-                } else {
-                    ss.push(fx.encode(sv)?);
-                    swap.push(base + c - half);
+/// The rotary embedding of vectors laid out as `heads × rows × dim` (row i at position
+/// `start + i`) as a public linear map: out = x·C + swap(x)·S' with C, S' at f bits
+/// (local); the caller truncates by f, batched.
+struct RopeMap {
+    cs: Vec<u64>,
+    ss: Vec<u64>,
+    swap: Vec<usize>,
+}
+
+impl RopeMap {
+    fn new(
+        heads: usize,
+        rows: usize,
+        dim: usize,
+        start: usize,
+        theta: f64,
+        fx: FixedPoint,
+    ) -> Result<RopeMap, Error> {
+        let half = dim / 2;
+        let n = heads * rows * dim;
+        let mut map = RopeMap {
+            cs: Vec::with_capacity(n),
+            ss: Vec::with_capacity(n),
+            swap: Vec::with_capacity(n),
+        };
+        let angles: Vec<(Vec<f64>, Vec<f64>)> = (0..rows)
+            .map(|i| crate::llama::rope::cos_sin(start + i, dim, theta))
+            .collect();
+        for h in 0..heads {
+            for (i, (cos, sin)) in angles.iter().enumerate() {
+                let base = (h * rows + i) * dim;
+                for c in 0..dim {
+                    let p = c % half.max(1);
+                    let (cv, sv) = (
+                        cos.get(p).copied().unwrap_or(1.0),
+                        sin.get(p).copied().unwrap_or(0.0),
+                    );
+                    map.cs.push(fx.encode(cv)?);
+                    // x'[c] = x[c]·cos − x[c+half]·sin (c < half); x[c]·cos + x[c−half]·sin.
+                    if c < half {
+                        map.ss.push(fx.encode(-sv)?);
+                        map.swap.push(base + c + half);
+                    } else {
+                        map.ss.push(fx.encode(sv)?);
+                        map.swap.push(base + c - half);
+                    }
                 }
             }
         }
+        Ok(map)
     }
-    x.mul_public(&cs)?.add(&x.gather(&swap)?.mul_public(&ss)?)
+
+    /// x·C + swap(x)·S', before the truncation.
+    fn apply(&self, x: &Shares) -> Result<Shares, Error> {
+        x.mul_public(&self.cs)?
+            .add(&x.gather(&self.swap)?.mul_public(&self.ss)?)
+    }
 }
 
 /// How the client learns the result of each generation step.

@@ -34,11 +34,6 @@ impl Linear {
         Ok(Linear { w, b, k, n })
     }
 
-    /// Output features.
-    pub fn outputs(&self) -> usize {
-        self.n
-    }
-
     /// `x·W + b` for `rows` input rows (`rows × k`): one fixed-point product (2 rounds, 300
     /// bits per output element over the parties); the bias is added locally.
     ///
