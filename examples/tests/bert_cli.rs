@@ -75,10 +75,16 @@ fn bad_arguments_and_missing_models_fail_cleanly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     let out = bert()
-        .args(["--model", TINY_MODEL_DIR, "--ids", "101,99999,102"])
+        .args(["--model", TINY_MODEL_DIR, "--ids", "101,30522,102"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // The first id past the vocabulary of 30522, named with its place.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("token id 30522 (sequence 0, position 1)") && err.contains("30522"),
+        "{err}"
+    );
     let out = bert()
         .args(["--model", TINY_MODEL_DIR, "--ids", "101,x"])
         .output()

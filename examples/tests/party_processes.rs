@@ -150,14 +150,19 @@ impl Party {
 /// Starts P0, P1 and P2 on `model` on ephemeral ports, each learning the earlier ones'
 /// addresses.
 fn start(config: &Path, model: &str, timeout: u64, client_args: &[String]) -> [Party; 3] {
+    start_on(config, [model; 3], timeout, client_args)
+}
+
+/// [`start`] with each party's own `--model`.
+fn start_on(config: &Path, models: [&str; 3], timeout: u64, client_args: &[String]) -> [Party; 3] {
     let listen = ["--listen".to_string(), "127.0.0.1:0".to_string()];
     let mut args0 = listen.to_vec();
     args0.extend_from_slice(client_args);
-    let mut p0 = Party::spawn(0, config, model, timeout, &args0);
+    let mut p0 = Party::spawn(0, config, models[0], timeout, &args0);
     let a0 = p0.listening_addr();
     let mut args1 = listen.to_vec();
     args1.extend(["--peer".into(), format!("0={a0}")]);
-    let mut p1 = Party::spawn(1, config, model, timeout, &args1);
+    let mut p1 = Party::spawn(1, config, models[1], timeout, &args1);
     let a1 = p1.listening_addr();
     let args2 = [
         "--listen".into(),
@@ -167,7 +172,7 @@ fn start(config: &Path, model: &str, timeout: u64, client_args: &[String]) -> [P
         "--peer".into(),
         format!("1={a1}"),
     ];
-    let p2 = Party::spawn(2, config, model, timeout, &args2);
+    let p2 = Party::spawn(2, config, models[2], timeout, &args2);
     [p0, p1, p2]
 }
 
@@ -504,4 +509,103 @@ fn killing_a_party_mid_run_ends_the_others_with_an_error_naming_it() {
         );
     }
     assert!(!out0.contains("ids:"), "no partial result: {out0}");
+}
+
+#[test]
+fn parties_on_different_models_say_so_at_once() {
+    // P2 holds the Shakespeare GPT-2's config, the others the tiny GPT-2's: same
+    // architecture, other shapes.
+    let config = pki("models", "tcp");
+    let shakespeare = puma_runner::gpt2::DEFAULT_MODEL_DIR;
+    let parties = start_on(
+        &config,
+        [TINY_MODEL_DIR, TINY_MODEL_DIR, shakespeare],
+        TINY_TIMEOUT,
+        &client_args(2),
+    );
+    for (i, p) in parties.into_iter().enumerate() {
+        let (code, out, err, took) = p.finish(Duration::from_secs(30));
+        assert_eq!(code, Some(1), "P{i}: {err}");
+        assert!(
+            took < Duration::from_secs(TINY_TIMEOUT),
+            "P{i} took {took:?}"
+        );
+        let last = err.lines().last().unwrap_or_default();
+        // P2 differs from both; P0 and P1 each name P2.
+        let culprits = if i == 2 { "P0 and P1 run" } else { "P2 runs" };
+        assert!(
+            last.contains("model fingerprint differs") && last.contains(culprits),
+            "P{i}: {last}"
+        );
+        assert!(!out.contains("ids:"), "P{i}: {out}");
+    }
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_stalled_party_ends_the_others_within_one_timeout() {
+    // SIGSTOP keeps P2's connections open but silent: the others must give up after
+    // `--timeout` without progress, not twice that.
+    let timeout = 4;
+    let config = pki("stall", "tcp");
+    let [mut p0, p1, p2] = start(&config, TINY_MODEL_DIR, timeout, &client_args(40));
+    p0.wait_for("step 1 of 40 done", Duration::from_secs(120));
+    let pid = p2.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let stopped = Instant::now();
+    let (c0, _, e0, _) = p0.finish(Duration::from_secs(30));
+    let t0 = stopped.elapsed();
+    let (c1, _, e1, _) = p1.finish(Duration::from_secs(30));
+    let t1 = stopped.elapsed();
+    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    let mut p2 = p2;
+    let _ = p2.child.wait();
+    // One timeout, plus the half second a failed party lingers and some scheduling slack;
+    // twice the timeout (8 s) fails.
+    let limit = Duration::from_secs(timeout) + Duration::from_millis(2500);
+    for (c, e, t, who) in [(c0, &e0, t0, "P0"), (c1, &e1, t1, "P1")] {
+        assert_eq!(c, Some(1), "{who}: {e}");
+        assert!(t < limit, "{who} took {t:?} (timeout {timeout} s): {e}");
+        let last = e.lines().last().unwrap_or_default();
+        assert!(last.contains("error"), "{who}: {last}");
+    }
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+}
+
+#[test]
+fn an_empty_prompt_is_refused_before_connecting() {
+    let config = pki("empty", "tcp");
+    let cases: [(&str, &[&str]); 4] = [
+        (TINY_MODEL_DIR, &["--prompt", ""]),
+        (llama::TINY_MODEL_DIR, &["--prompt", ""]),
+        (bert::TINY_MODEL_DIR, &["--prompt", " "]),
+        (bert::TINY_MODEL_DIR, &["--prompt", "Hello", "--prompt", ""]),
+    ];
+    for (model, extra) in cases {
+        let out = Command::new(PARTY)
+            .args(["--id", "0", "--config", config.to_str().unwrap()])
+            .args([
+                "--model",
+                model,
+                "--listen",
+                "127.0.0.1:0",
+                "--timeout",
+                "5",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{model} {extra:?}: {err}");
+        assert!(!err.contains("listening"), "{model} {extra:?}: {err}");
+        assert!(err.contains("empty"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
-    DecoderArch, Generation, Observer, OutputMode, Progress, SecureSettings, SharedDecoder,
-    generate,
+    DecoderArch, Generation, Observer, OutputMode, Progress, RangeError, SecureSettings,
+    SharedDecoder, decoder_range_violation, generate,
 };
 use puma_transports::{TransportError, mem};
 
@@ -57,6 +57,8 @@ pub enum RunError {
     Input(InputError),
     /// The model's configuration is not a valid decoder.
     Model(puma_core::Error),
+    /// A weight leaves the range the secure protocols support (the owner's check).
+    Range(RangeError),
     /// A party's run failed.
     Party {
         /// The party.
@@ -73,6 +75,7 @@ impl fmt::Display for RunError {
         match self {
             RunError::Input(e) => write!(f, "{e}"),
             RunError::Model(e) => write!(f, "invalid model configuration: {e}"),
+            RunError::Range(e) => write!(f, "the model cannot be computed securely: {e}"),
             RunError::Party { party, error } => write!(f, "{party} failed: {error}"),
             RunError::MissingOutput(what) => write!(f, "the client got no {what}"),
         }
@@ -83,6 +86,7 @@ impl std::error::Error for RunError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RunError::Input(e) => Some(e),
+            RunError::Range(e) => Some(e),
             RunError::Party { error, .. } => Some(error),
             RunError::Model(_) | RunError::MissingOutput(_) => None,
         }
@@ -161,6 +165,12 @@ where
 {
     for p in prompts {
         check_prompt(config, p, opts.max_new_tokens)?;
+    }
+    // The owner refuses weights the protocols would turn into garbage, naming the tensor.
+    if let Some(e) = decoder_range_violation(config, weights, Config::new(opts.seed).fixed)
+        .map_err(RunError::Model)?
+    {
+        return Err(RunError::Range(e));
     }
     let prompts_arc: Arc<Vec<Vec<u32>>> = Arc::new(prompts.to_vec());
     let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);

@@ -101,6 +101,8 @@ pub enum PartyError {
     Model(String),
     /// The network could not be set up (a peer unreachable or refused).
     Connect(puma_transports::TransportError),
+    /// The peers were started on another model (their fingerprints differ).
+    ModelDiffers(ModelDiffers),
     /// The session failed. `broken` lists the peers whose connection broke (a crash or a
     /// cut) when the error itself names another party (one that aborted because of it).
     Session {
@@ -117,6 +119,7 @@ impl std::fmt::Display for PartyError {
             PartyError::Config(e) => write!(f, "configuration: {e}"),
             PartyError::Model(e) => write!(f, "model: {e}"),
             PartyError::Connect(e) => write!(f, "connecting: {e}"),
+            PartyError::ModelDiffers(e) => write!(f, "model: {e}"),
             PartyError::Session { error, broken } => {
                 write!(f, "session failed: {error}")?;
                 for p in broken {
@@ -297,15 +300,103 @@ fn size(v: &[u64], i: usize) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// The protocol one party runs for a decoder (GPT-2, LLaMA): the client announces the
-/// public sizes, the owner shares the weights, the client its prompt, and the parties
+/// A digest of everything public the three parties must agree on before a run: the
+/// architecture's public shape, the approximation settings, the fixed-point format and
+/// this program's version. Parties loaded with different models (or settings, or
+/// versions) have different fingerprints, and [`agree_on_model`] names the peer that
+/// differs instead of failing later on a message of an unexpected length.
+///
+/// `public` is the public description (for example `format!("{spec:?}")`); it must not
+/// contain secrets: the fingerprint is sent to both peers and printed.
+pub fn model_fingerprint(kind: &str, public: &str, settings: &SecureSettings) -> [u64; 2] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        "puma-rs model fingerprint v1",
+        env!("CARGO_PKG_VERSION"),
+        kind,
+        public,
+        &format!("{settings:?}"),
+    ] {
+        // Length-prefixed, so that no two descriptions concatenate alike.
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let d = h.finalize();
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        if let Some(b) = d.get(i * 8..i * 8 + 8) {
+            w.copy_from_slice(b);
+        }
+        u64::from_le_bytes(w)
+    };
+    [word(0), word(1)]
+}
+
+/// The peers whose model fingerprint differs from this party's (see
+/// [`model_fingerprint`]): the party protocols' output when the parties were started on
+/// different models, settings or versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelDiffers(pub Vec<PartyId>);
+
+impl std::fmt::Display for ModelDiffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        write!(
+            f,
+            "{} {} a different model, settings or puma-rs version: the model fingerprint \
+             differs from ours (check every party's --model and options)",
+            names.join(" and "),
+            if self.0.len() == 1 { "runs" } else { "run" }
+        )
+    }
+}
+
+impl std::error::Error for ModelDiffers {}
+
+/// The first round of every party protocol: each party sends its model fingerprint to
+/// both peers and compares both of theirs with its own. Returns the peers that differ.
+///
+/// A mismatch ends the protocol with this result, not with an error: an error aborts the
+/// session, and the abort could reach a peer before that peer has compared the
+/// fingerprints itself, leaving it with "aborted by …" instead of the reason. Since any
+/// difference is seen by every party (whoever agrees with one peer differs from the
+/// other), all three end cleanly after this round, each naming whom it differs from.
+///
+/// # Errors
+/// As `Ctx::send` and `Ctx::recv`.
+pub async fn agree_on_model(
+    ctx: &mut Ctx,
+    fingerprint: [u64; 2],
+) -> Result<Result<(), ModelDiffers>, Error> {
+    let me = ctx.me();
+    ctx.send(me.next(), &fingerprint, Width::W64)?;
+    ctx.send(me.prev(), &fingerprint, Width::W64)?;
+    let mut differ = Vec::new();
+    for peer in [me.next(), me.prev()] {
+        let theirs = ctx.recv(peer, fingerprint.len(), Width::W64).await?;
+        if theirs.as_slice() != fingerprint.as_slice() {
+            differ.push(peer);
+        }
+    }
+    differ.sort_by_key(|p| p.index());
+    Ok(if differ.is_empty() {
+        Ok(())
+    } else {
+        Err(ModelDiffers(differ))
+    })
+}
+
+/// The protocol one party runs for a decoder (GPT-2, LLaMA): the parties check that they
+/// run the same model ([`agree_on_model`]), the client announces the public sizes, the owner shares the weights, the client its prompt, and the parties
 /// generate greedily with the logits revealed to the client. Returns the generated ids at
-/// the client, nothing elsewhere.
+/// the client, nothing elsewhere, or [`ModelDiffers`] at every party if the fingerprints
+/// differ.
 pub fn decoder_protocol<A>(
     me: PartyId,
     job: DecoderJob<A>,
     observer: Option<Observer>,
-) -> impl FnOnce(Ctx) -> PartyRun<Vec<u32>> + Send + 'static
+) -> impl FnOnce(Ctx) -> PartyRun<Result<Vec<u32>, ModelDiffers>> + Send + 'static
 where
     A: DecoderArch + Send + Sync + 'static,
     A::Weights: Send + Sync + 'static,
@@ -319,7 +410,13 @@ where
                 max_new_tokens,
                 settings,
             } = job;
-            let max_positions = config.spec()?.max_positions;
+            let spec = config.spec()?;
+            let fingerprint =
+                model_fingerprint("decoder", &format!("{spec:?} {:?}", ctx.fixed()), &settings);
+            if let Err(differs) = agree_on_model(&mut ctx, fingerprint).await? {
+                return Ok(Err(differs));
+            }
+            let max_positions = spec.max_positions;
             // The prompt length and the number of steps are public; the client tells.
             let mine = (me == CLIENT).then(|| {
                 let len = prompt.as_ref().map_or(0, |p| p.len());
@@ -353,19 +450,21 @@ where
                 observer,
             )
             .await?;
-            Ok(generation.ids)
+            Ok(Ok(generation.ids))
         })
     }
 }
 
-/// The protocol one party runs for an encoder (BERT, RoBERTa): the owner announces its
+/// The protocol one party runs for an encoder (BERT, RoBERTa): the parties check that
+/// they run the same model ([`agree_on_model`]), the owner announces its
 /// model's heads, the client its batch's public shape (sizes and attention mask), the
 /// owner shares the weights, and the parties compute mean-pooled sentence embeddings
-/// revealed to the client. Returns the `batch × d` embeddings at the client.
+/// revealed to the client. Returns the `batch × d` embeddings at the client, or
+/// [`ModelDiffers`] at every party if the fingerprints differ.
 pub fn encoder_protocol(
     me: PartyId,
     job: EncoderJob,
-) -> impl FnOnce(Ctx) -> PartyRun<Vec<f64>> + Send + 'static {
+) -> impl FnOnce(Ctx) -> PartyRun<Result<Vec<f64>, ModelDiffers>> + Send + 'static {
     move |mut ctx: Ctx| {
         Box::pin(async move {
             let EncoderJob {
@@ -374,7 +473,15 @@ pub fn encoder_protocol(
                 batch,
                 settings,
             } = job;
-            // Round 1: the owner's heads and the client's batch size, together.
+            let fingerprint = model_fingerprint(
+                "encoder",
+                &format!("{config:?} {:?}", ctx.fixed()),
+                &settings,
+            );
+            if let Err(differs) = agree_on_model(&mut ctx, fingerprint).await? {
+                return Ok(Err(differs));
+            }
+            // The owner's heads and the client's batch size, together.
             let heads = weights.as_deref().map(BertHeads::of);
             let dims = batch
                 .as_ref()
@@ -393,7 +500,7 @@ pub fn encoder_protocol(
                     Error::protocol(CLIENT, "announced sizes do not fit the model")
                 });
             }
-            // Round 2: the attention mask (public, as the sequence lengths are).
+            // Then the attention mask (public, as the sequence lengths are).
             let mask = batch
                 .as_ref()
                 .map(|b| b.attention_mask.iter().map(|&m| u64::from(m)).collect());
@@ -420,7 +527,7 @@ pub fn encoder_protocol(
                 &settings,
             )
             .await?;
-            Ok(r.embeddings.unwrap_or_default())
+            Ok(Ok(r.embeddings.unwrap_or_default()))
         })
     }
 }

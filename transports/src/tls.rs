@@ -21,6 +21,7 @@ use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms, ring};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, ServerConfig,
     SignatureScheme,
@@ -71,17 +72,52 @@ impl Identity {
         })
     }
 
-    /// Reads a PEM certificate and a PEM private key (PKCS#8, SEC1 or PKCS#1).
+    /// Reads a PEM certificate and a PEM private key (PKCS#8, SEC1 or PKCS#1) and checks
+    /// that they belong together.
+    ///
+    /// On Unix the key file must not be readable or writable by other users (mode 0600 or
+    /// stricter, as `ssh` demands of its keys): a key others can read is no secret.
     ///
     /// # Errors
-    /// [`TransportError::Local`] naming the file that is missing or malformed.
-    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Identity, TransportError> {
-        Ok(Identity {
-            cert: read_cert(cert)?,
-            key: PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                TransportError::Local(format!("cannot read the key {}: {e}", key.display()))
-            })?,
-        })
+    /// [`TransportError::Local`] naming the file that is missing, malformed or open to
+    /// other users, or saying that the key does not match the certificate.
+    pub fn from_pem_files(cert_path: &Path, key_path: &Path) -> Result<Identity, TransportError> {
+        check_key_mode(key_path)?;
+        let cert = read_cert(cert_path)?;
+        let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| {
+            TransportError::Local(format!("cannot read the key {}: {e}", key_path.display()))
+        })?;
+        // A mismatched pair would otherwise surface only as a failed handshake at the
+        // peers, reported as "did not connect" when the connect deadline expires.
+        CertifiedKey::from_der(
+            vec![cert.clone()],
+            key.clone_key(),
+            &ring::default_provider(),
+        )
+        .map_err(|e| {
+            TransportError::Local(format!(
+                "the key {} does not belong to the certificate {}: {e}",
+                key_path.display(),
+                cert_path.display()
+            ))
+        })?;
+        Ok(Identity { cert, key })
+    }
+
+    /// Writes the certificate (mode 0644) and the private key (mode 0600 from its creation,
+    /// so it is never readable by others) as PEM files. Refuses to replace an existing file
+    /// unless `overwrite`; an overwritten key file gets mode 0600 too.
+    ///
+    /// # Errors
+    /// [`TransportError::Local`] naming the file that exists or cannot be written.
+    pub fn write_pem_files(
+        &self,
+        cert_path: &Path,
+        key_path: &Path,
+        overwrite: bool,
+    ) -> Result<(), TransportError> {
+        write_file(cert_path, self.cert_pem().as_bytes(), 0o644, overwrite)?;
+        write_file(key_path, self.key_pem().as_bytes(), 0o600, overwrite)
     }
 
     /// The certificate, as PEM.
@@ -98,6 +134,66 @@ impl Identity {
     pub fn cert(&self) -> &CertificateDer<'static> {
         &self.cert
     }
+}
+
+/// Writes `bytes` to `path`, created with `mode` (Unix) unless it exists and `overwrite`
+/// is false; an existing file's mode is set to `mode` too.
+fn write_file(path: &Path, bytes: &[u8], mode: u32, overwrite: bool) -> Result<(), TransportError> {
+    use std::io::Write;
+    let fail =
+        |e: std::io::Error| TransportError::Local(format!("cannot write {}: {e}", path.display()));
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true);
+    if overwrite {
+        open.create(true).truncate(true);
+    } else {
+        open.create_new(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        open.mode(mode);
+        let mut file = open.open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                TransportError::Local(format!("{} exists", path.display()))
+            } else {
+                fail(e)
+            }
+        })?;
+        // `mode` applies only to a new file (and under the umask): set it on every path.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(fail)?;
+        file.write_all(bytes).map_err(fail)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = mode;
+        let mut file = open.open(path).map_err(fail)?;
+        file.write_all(bytes).map_err(fail)
+    }
+}
+
+/// Refuses a private key file that other users may read or write (Unix).
+fn check_key_mode(path: &Path) -> Result<(), TransportError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|e| {
+            TransportError::Local(format!("cannot read the key {}: {e}", path.display()))
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(TransportError::Local(format!(
+                "the key {} is accessible to other users (mode {mode:04o}); make it private \
+                 with `chmod 600 {}`",
+                path.display(),
+                path.display()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Reads one PEM certificate.
@@ -361,14 +457,59 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("puma-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
-        std::fs::write(&c, id.cert_pem()).unwrap();
-        std::fs::write(&k, id.key_pem()).unwrap();
+        id.write_pem_files(&c, &k, true).unwrap();
         let back = Identity::from_pem_files(&c, &k).unwrap();
         assert_eq!(back.cert(), id.cert());
         assert_eq!(back.key.secret_der(), id.key.secret_der());
         assert!(!format!("{id:?}").contains(&id.key_pem()[30..60]));
         let missing = Identity::from_pem_files(&dir.join("none.pem"), &k).unwrap_err();
         assert!(missing.to_string().contains("none.pem"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_are_written_private_and_open_keys_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let id = Identity::generate(PartyId::P0).unwrap();
+        let dir = std::env::temp_dir().join(format!("puma-tls-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
+        id.write_pem_files(&c, &k, false).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&c), mode(&k)), (0o644, 0o600));
+        // No silent replacement; an overwritten key is private too.
+        let again = id.write_pem_files(&c, &k, false).unwrap_err();
+        assert!(again.to_string().contains("c.pem exists"), "{again}");
+        std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = Identity::from_pem_files(&c, &k).unwrap_err().to_string();
+        assert!(
+            open.contains("k.pem") && open.contains("0644") && open.contains("chmod 600"),
+            "{open}"
+        );
+        id.write_pem_files(&c, &k, true).unwrap();
+        assert_eq!(mode(&k), 0o600);
+        Identity::from_pem_files(&c, &k).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused_naming_both_files() {
+        let (a, b) = (
+            Identity::generate(PartyId::P0).unwrap(),
+            Identity::generate(PartyId::P1).unwrap(),
+        );
+        let dir = std::env::temp_dir().join(format!("puma-tls-pair-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca, ka) = (dir.join("a.cert.pem"), dir.join("a.key.pem"));
+        let (cb, kb) = (dir.join("b.cert.pem"), dir.join("b.key.pem"));
+        a.write_pem_files(&ca, &ka, true).unwrap();
+        b.write_pem_files(&cb, &kb, true).unwrap();
+        let e = Identity::from_pem_files(&ca, &kb).unwrap_err().to_string();
+        assert!(
+            e.contains("b.key.pem") && e.contains("a.cert.pem") && e.contains("does not belong"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -84,7 +84,11 @@ fn main() -> ExitCode {
             .sum();
         let rounds = outcome.rounds();
         let ids = match outcome.into_results() {
-            Ok([ids, _, _]) => ids,
+            Ok([Ok(ids), _, _]) => ids,
+            Ok([Err(differs), _, _]) => {
+                eprintln!("gpt2_net: {name}: {differs}");
+                return ExitCode::FAILURE;
+            }
             Err(e) => {
                 eprintln!("gpt2_net: {name}: {e}");
                 return ExitCode::FAILURE;

@@ -136,11 +136,12 @@ fn write_pki(dir: &Path, transport: &str, timeout: u64) -> Result<PathBuf, Strin
     for p in PartyId::ALL {
         let i = p.index();
         let id = Identity::generate(p).map_err(|e| e.to_string())?;
-        let write = |name: String, text: String| {
-            std::fs::write(dir.join(&name), text).map_err(|e| format!("cannot write {name}: {e}"))
-        };
-        write(format!("p{i}.cert.pem"), id.cert_pem())?;
-        write(format!("p{i}.key.pem"), id.key_pem())?;
+        id.write_pem_files(
+            &dir.join(format!("p{i}.cert.pem")),
+            &dir.join(format!("p{i}.key.pem")),
+            true,
+        )
+        .map_err(|e| e.to_string())?;
         toml.push_str(&format!(
             "\n[[party]]\nid = {i}\naddr = \"127.0.0.1:0\"\ncert = \"p{i}.cert.pem\"\nkey = \"p{i}.key.pem\"\n"
         ));

@@ -10,7 +10,7 @@
 //! hosts, give each host the file, all three certificates and only its own key.
 //! Development only: real parties make their own keys and exchange certificates.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -24,15 +24,15 @@ struct Args {
     /// Output folder (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// The parties' hosts, comma-separated (P0,P1,P2).
+    /// The parties' hosts P0,P1,P2: three values, comma- or space-separated.
     #[arg(
         long,
         value_delimiter = ',',
-        num_args = 3,
+        num_args = 1..=3,
         default_value = "127.0.0.1,127.0.0.1,127.0.0.1"
     )]
     hosts: Vec<String>,
-    /// The first port; party i listens on port + i.
+    /// The first port; party i listens on port + i (at most 65533).
     #[arg(long, default_value_t = 7000)]
     port: u16,
     /// The transport written to the file: tcp or quic.
@@ -57,14 +57,57 @@ fn main() -> ExitCode {
     }
 }
 
-fn write(path: &Path, text: &str, force: bool) -> Result<(), String> {
-    if path.exists() && !force {
-        return Err(format!("{} exists (use --force)", path.display()));
+/// The `host:port` each party listens on, checked before anything is written.
+fn addresses(args: &Args) -> Result<Vec<String>, String> {
+    if args.hosts.len() != 3 {
+        return Err(format!(
+            "--hosts needs three hosts (P0,P1,P2), got {}: {}",
+            args.hosts.len(),
+            args.hosts.join(",")
+        ));
     }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let mut out = Vec::with_capacity(3);
+    for (i, host) in args.hosts.iter().enumerate() {
+        let host = host.trim();
+        if host.is_empty() || host.contains(char::is_whitespace) || host.contains('"') {
+            return Err(format!(
+                "--hosts: host {i} ({host:?}) is not a host name or address"
+            ));
+        }
+        let port = u16::try_from(i)
+            .ok()
+            .and_then(|i| args.port.checked_add(i))
+            .ok_or_else(|| {
+                format!(
+                    "--port {}: the parties need ports {}..{}, beyond 65535 (at most 65533)",
+                    args.port,
+                    args.port,
+                    u32::from(args.port) + 2
+                )
+            })?;
+        // A bare IPv6 address needs brackets before the port.
+        out.push(if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        });
+    }
+    Ok(out)
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    let addrs = addresses(args)?;
+    let names: Vec<PathBuf> = (0..3)
+        .flat_map(|i| [format!("p{i}.cert.pem"), format!("p{i}.key.pem")])
+        .chain(["parties.toml".to_string()])
+        .map(|n| args.out.join(n))
+        .collect();
+    // All or nothing: refuse before writing the first file.
+    if !args.force {
+        if let Some(p) = names.iter().find(|p| p.exists()) {
+            return Err(format!("{} exists (use --force)", p.display()));
+        }
+    }
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     let mut toml = format!(
@@ -72,35 +115,27 @@ fn run(args: &Args) -> Result<(), String> {
          session_id = {}\ntransport = \"{}\"\ntimeout_secs = 30\n",
         args.session_id, args.transport
     );
-    for (p, host) in PartyId::ALL.into_iter().zip(&args.hosts) {
+    for (p, addr) in PartyId::ALL.into_iter().zip(&addrs) {
         let i = p.index();
         let id = Identity::generate(p).map_err(|e| e.to_string())?;
-        write(
+        id.write_pem_files(
             &args.out.join(format!("p{i}.cert.pem")),
-            &id.cert_pem(),
-            args.force,
-        )?;
-        write(
             &args.out.join(format!("p{i}.key.pem")),
-            &id.key_pem(),
             args.force,
-        )?;
-        let port = args
-            .port
-            .checked_add(i as u16)
-            .ok_or("the port range overflows")?;
-        let addr = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        )
+        .map_err(|e| e.to_string())?;
         toml.push_str(&format!(
             "\n[[party]]\nid = {i}\naddr = \"{addr}\"\ncert = \"p{i}.cert.pem\"\nkey = \"p{i}.key.pem\"\n"
         ));
     }
-    write(&args.out.join("parties.toml"), &toml, args.force)?;
+    let toml_path = args.out.join("parties.toml");
+    if toml_path.exists() && !args.force {
+        return Err(format!("{} exists (use --force)", toml_path.display()));
+    }
+    std::fs::write(&toml_path, &toml)
+        .map_err(|e| format!("cannot write {}: {e}", toml_path.display()))?;
     println!(
-        "wrote p0..p2 certificates and keys and parties.toml to {}",
+        "wrote p0..p2 certificates, keys (mode 0600) and parties.toml to {}",
         args.out.display()
     );
     Ok(())

@@ -26,7 +26,7 @@ use puma_core::{Config, PartyId, Session};
 use puma_layers::bert::{BertBatch, BertConfig};
 use puma_layers::bpe::BpeTokenizer;
 use puma_layers::llama::LlamaConfig;
-use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings};
+use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_violation};
 use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_layers::{Gpt2Config, Gpt2Tokenizer};
 use puma_runner::decoder::check_prompt;
@@ -143,6 +143,7 @@ fn main() -> ExitCode {
             eprintln!("{me}: error: {e}");
             match e {
                 PartyError::Config(_) | PartyError::Model(_) => ExitCode::from(2),
+                PartyError::ModelDiffers(_) => ExitCode::FAILURE,
                 _ => ExitCode::FAILURE,
             }
         }
@@ -275,7 +276,7 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
                 link,
                 timeout,
             )?;
-            (Output::Ids(r.0), r.1)
+            (Output::Ids(r.0.map_err(PartyError::ModelDiffers)?), r.1)
         }
         PartyModel::Llama(job) => {
             let r = run_session(
@@ -286,7 +287,7 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
                 link,
                 timeout,
             )?;
-            (Output::Ids(r.0), r.1)
+            (Output::Ids(r.0.map_err(PartyError::ModelDiffers)?), r.1)
         }
         PartyModel::Bert(job, d) => {
             let r = run_session(
@@ -297,7 +298,10 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
                 link,
                 timeout,
             )?;
-            (Output::Embeddings(r.0, d), r.1)
+            (
+                Output::Embeddings(r.0.map_err(PartyError::ModelDiffers)?, d),
+                r.1,
+            )
         }
     };
     eprintln!(
@@ -367,6 +371,9 @@ impl Tokenizer {
     }
 }
 
+/// How long a party that failed waits for its peers to close their connections.
+const FAILED_LINGER: Duration = Duration::from_millis(500);
+
 /// Runs one session over `link`; returns the client's output and the session's counters.
 fn run_session<T: 'static, F, Fut>(
     cfg: Config,
@@ -383,7 +390,15 @@ where
     let mut session =
         Session::new(cfg, me, entropy, protocol).map_err(|e| PartyError::Config(e.to_string()))?;
     let result = drive(&mut session, &mut link, timeout);
-    let closing = link.finish(timeout);
+    // After a success the peers close at once, and lingering lets them read our last
+    // frames. After a failure a peer may be stalled (often the very cause): waiting the
+    // full timeout for its close would double the time until the error is reported.
+    let linger = if result.is_ok() {
+        timeout
+    } else {
+        FAILED_LINGER.min(timeout)
+    };
+    let closing = link.finish(linger);
     let out = result.map_err(|error| PartyError::Session {
         error,
         broken: closing.broken,
@@ -508,6 +523,13 @@ fn decoder_job<A: DecoderArch>(
     encode: Option<impl Fn(&str) -> Vec<u32>>,
 ) -> Result<DecoderJob<A>, PartyError> {
     let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
+    if let Some(w) = &weights {
+        // The owner refuses, before connecting, weights the protocols would compute wrong.
+        let fx = Config::new(0).fixed;
+        if let Some(e) = decoder_range_violation(&config, w, fx).map_err(model_err)? {
+            return Err(PartyError::Model(e.to_string()));
+        }
+    }
     let prompt = match encode {
         Some(encode) => {
             let ids = match &args.prompt_ids {
@@ -548,6 +570,14 @@ fn load_bert_party(
         let seqs: Vec<(Vec<u32>, Vec<u32>)> = match &args.prompt_ids {
             Some(ids) => vec![(ids.clone(), vec![0; ids.len()])],
             None => {
+                // Refused before connecting: the peers would wait for a session that
+                // cannot start.
+                if let Some(i) = args.prompt.iter().position(|t| t.trim().is_empty()) {
+                    return Err(PartyError::Model(format!(
+                        "--prompt number {} is empty: give the sentence to embed",
+                        i + 1
+                    )));
+                }
                 let tok = WordPieceTokenizer::from_dir(dir).map_err(model_err)?;
                 args.prompt
                     .iter()

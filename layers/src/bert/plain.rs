@@ -124,8 +124,12 @@ impl BertBatch {
     /// [`BertBatch::check_shape`] and the private part: ids below `vocab_size`, types below
     /// `type_vocab_size`.
     ///
+    /// Only the holder of the ids (the client) runs this check, so its error, which names
+    /// the offending id and where it is, stays with the one who already knows the ids.
+    ///
     /// # Errors
-    /// [`BertError::Input`] naming the violated constraint (never the offending id).
+    /// [`BertError::Input`] naming the violated constraint, the offending value and its
+    /// sequence and position.
     pub fn check(&self, cfg: &BertConfig) -> Result<(), BertError> {
         self.check_shape(cfg)?;
         let n = self.batch * self.seq_len;
@@ -134,19 +138,24 @@ impl BertBatch {
                 "input_ids / token_type_ids are not batch × seq_len".into(),
             ));
         }
-        if self.input_ids.iter().any(|&i| i as usize >= cfg.vocab_size) {
-            return Err(BertError::Input(
-                "a token id is not below vocab_size".into(),
-            ));
-        }
-        if self
-            .token_type_ids
-            .iter()
-            .any(|&t| t as usize >= cfg.type_vocab_size)
+        let at = |i: usize| (i / self.seq_len.max(1), i % self.seq_len.max(1));
+        if let Some((i, &id)) =
+            (self.input_ids.iter().enumerate()).find(|&(_, &id)| id as usize >= cfg.vocab_size)
         {
-            return Err(BertError::Input(
-                "a token type is not below type_vocab_size".into(),
-            ));
+            let (b, pos) = at(i);
+            return Err(BertError::Input(format!(
+                "token id {id} (sequence {b}, position {pos}) is outside the vocabulary of {}",
+                cfg.vocab_size
+            )));
+        }
+        if let Some((i, &t)) = (self.token_type_ids.iter().enumerate())
+            .find(|&(_, &t)| t as usize >= cfg.type_vocab_size)
+        {
+            let (b, pos) = at(i);
+            return Err(BertError::Input(format!(
+                "token type {t} (sequence {b}, position {pos}) is not below type_vocab_size {}",
+                cfg.type_vocab_size
+            )));
         }
         Ok(())
     }

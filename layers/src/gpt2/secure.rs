@@ -78,6 +78,29 @@ impl DecoderArch for Gpt2Config {
         Ok(())
     }
 
+    fn tensor_name(&self, t: DecoderTensor) -> String {
+        // ln_1 and ln_2 are folded into the next layer's weights (see `fold_weight`).
+        let block = |layer: usize, name: &str| format!("h.{layer}.{name}");
+        match t {
+            DecoderTensor::Embed => "wte.weight".into(),
+            DecoderTensor::Positions => "wpe.weight".into(),
+            DecoderTensor::FinalNormWeight => "ln_f.weight".into(),
+            DecoderTensor::FinalNormBias => "ln_f.bias".into(),
+            DecoderTensor::Block { layer, part } => match part {
+                BlockTensor::QkvWeight => block(layer, "attn.c_attn.weight (with ln_1)"),
+                BlockTensor::QkvBias => block(layer, "attn.c_attn.bias (with ln_1)"),
+                BlockTensor::AttnOutWeight => block(layer, "attn.c_proj.weight"),
+                BlockTensor::AttnOutBias => block(layer, "attn.c_proj.bias"),
+                BlockTensor::MlpInWeight => block(layer, "mlp.c_fc.weight (with ln_2)"),
+                BlockTensor::MlpInBias => block(layer, "mlp.c_fc.bias (with ln_2)"),
+                BlockTensor::MlpOutWeight => block(layer, "mlp.c_proj.weight"),
+                BlockTensor::MlpOutBias => block(layer, "mlp.c_proj.bias"),
+                _ => t.name(),
+            },
+            DecoderTensor::LmHead => t.name(),
+        }
+    }
+
     fn encode(&self, w: &Gpt2Weights, t: DecoderTensor, fx: FixedPoint) -> Result<Vec<u64>, Error> {
         let d = self.n_embd;
         let scale = 1.0 / (self.head_dim() as f64).sqrt();

@@ -74,6 +74,25 @@ impl DecoderArch for LlamaConfig {
         Ok(())
     }
 
+    fn tensor_name(&self, t: DecoderTensor) -> String {
+        let block = |layer: usize, name: &str| format!("model.layers.{layer}.{name}");
+        match t {
+            DecoderTensor::Embed => "model.embed_tokens.weight".into(),
+            DecoderTensor::FinalNormWeight => "model.norm.weight".into(),
+            DecoderTensor::LmHead => "lm_head.weight".into(),
+            DecoderTensor::Block { layer, part } => match part {
+                BlockTensor::AttnNormWeight => block(layer, "input_layernorm.weight"),
+                BlockTensor::MlpNormWeight => block(layer, "post_attention_layernorm.weight"),
+                BlockTensor::QkvWeight => block(layer, "self_attn.{q,k,v}_proj.weight"),
+                BlockTensor::AttnOutWeight => block(layer, "self_attn.o_proj.weight"),
+                BlockTensor::MlpInWeight => block(layer, "mlp.{gate,up}_proj.weight"),
+                BlockTensor::MlpOutWeight => block(layer, "mlp.down_proj.weight"),
+                _ => t.name(),
+            },
+            _ => t.name(),
+        }
+    }
+
     fn encode(
         &self,
         w: &LlamaWeights,

@@ -14,6 +14,7 @@ use super::embedding::{embed, share_one_hot};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
 use super::plan::{TensorPlan, share_plan};
+use super::range::decoder_range_violation;
 use super::settings::SecureSettings;
 use crate::InputError;
 
@@ -272,6 +273,12 @@ pub trait DecoderArch {
     /// `Misuse` if they do not.
     fn check(&self, weights: &Self::Weights) -> Result<(), Error>;
 
+    /// The checkpoint's name of tensor `t`, for errors the owner sees (by default the
+    /// generic [`DecoderTensor::name`]).
+    fn tensor_name(&self, t: DecoderTensor) -> String {
+        t.name()
+    }
+
     /// Owner side: tensor `t` encoded at `fx` in the layout [`DecoderTensor`] and
     /// [`BlockTensor`] prescribe.
     ///
@@ -364,7 +371,14 @@ impl SharedDecoder {
         let fx = ctx.fixed();
         let weights = match weights {
             Some(w) if ctx.me() == owner => {
-                arch.check(w)?;
+                // Callers that want the tensor named call `decoder_range_violation`
+                // first; this is the backstop that keeps garbage from being computed.
+                if decoder_range_violation(arch, w, fx)?.is_some() {
+                    return Err(Error::misuse(
+                        "a weight leaves the range the protocols support \
+                         (puma_layers::nn::range::decoder_range_violation names it)",
+                    ));
+                }
                 Some(w)
             }
             _ => None,

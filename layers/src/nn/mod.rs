@@ -3,7 +3,8 @@
 //! product+truncation ([`linear`]), one attention for multi-head and grouped-query heads,
 //! causal over a KV cache or bidirectional over padded batches ([`attention`]), one-hot
 //! input and embedding ([`embedding`]), norms and activations by name ([`norm`],
-//! [`activation`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
+//! [`activation`]), the owner's check of its weights against the protocols' ranges
+//! ([`range`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
 //! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only. BERT / RoBERTa
 //! build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
@@ -16,6 +17,7 @@ pub mod embedding;
 pub mod linear;
 pub mod norm;
 pub mod plan;
+pub mod range;
 pub mod settings;
 
 pub use activation::Activation;
@@ -28,4 +30,5 @@ pub use decoder::{
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};
 pub use plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan};
+pub use range::{NORM_SCALE_LIMIT, RangeError, decoder_range_violation};
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};
