@@ -13,7 +13,7 @@ use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
     DecoderArch, Generation, Observer, OutputMode, Progress, RangeError, SecureSettings,
-    SharedDecoder, decoder_range_violation, generate,
+    SharedDecoder, decoder_range_check, generate,
 };
 use puma_transports::{TransportError, mem};
 
@@ -167,8 +167,13 @@ where
         check_prompt(config, p, opts.max_new_tokens)?;
     }
     // The owner refuses weights the protocols would turn into garbage, naming the tensor.
-    if let Some(e) = decoder_range_violation(config, weights, Config::new(opts.seed).fixed)
-        .map_err(RunError::Model)?
+    if let Some(e) = decoder_range_check(
+        config,
+        weights,
+        &opts.settings,
+        Config::new(opts.seed).fixed,
+    )
+    .map_err(RunError::Model)?
     {
         return Err(RunError::Range(e));
     }

@@ -4,9 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::Path;
+use std::sync::Arc;
 
 use puma_core::FixedPoint;
-use puma_layers::nn::{NORM_SCALE_LIMIT, decoder_range_violation};
+use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::nn::{
+    NORM_SCALE_LIMIT, SecureSettings, calibration_ids, decoder_range_check, decoder_range_violation,
+};
 use puma_runner::decoder::{RunError, RunOptions};
 use puma_runner::gpt2::{DEFAULT_MODEL_DIR, Gpt2Error, load_model, run_secure};
 
@@ -66,4 +70,81 @@ fn a_scaled_llama_norm_is_refused_naming_it() {
         .unwrap()
         .expect("a violation");
     assert_eq!(v.tensor, "model.layers.1.post_attention_layernorm.weight");
+}
+
+#[test]
+fn an_embedding_that_overflows_the_residual_stream_is_found_by_calibration() {
+    // No weight is out of range, but the residual stream the LayerNorms see is.
+    let model = load_model(Path::new(DEFAULT_MODEL_DIR)).unwrap();
+    let (fx, settings) = (FixedPoint::default(), SecureSettings::default());
+    let ok = decoder_range_check(
+        &model.config,
+        &Arc::new(model.weights.clone()),
+        &settings,
+        fx,
+    );
+    assert_eq!(ok.unwrap(), None);
+    let mut scaled = model;
+    scaled.weights.wte *= 1e5;
+    let weights = Arc::new(scaled.weights.clone());
+    assert_eq!(
+        decoder_range_violation(&scaled.config, &*weights, fx).unwrap(),
+        None
+    );
+    let v = decoder_range_check(&scaled.config, &weights, &settings, fx)
+        .unwrap()
+        .expect("a violation");
+    assert!(v.tensor.starts_with("norm inputs"), "{v}");
+    assert_eq!(v.protocol, "LayerNorm");
+    assert!(v.value >= 8192.0, "{v}");
+    // The plaintext peak itself, recomputed from the trace of the calibration input.
+    let plain = PlainGpt2::new(scaled.config.clone(), Arc::clone(&weights)).unwrap();
+    let ids = calibration_ids(scaled.config.vocab_size, scaled.config.n_positions);
+    let trace = plain.forward_trace(&ids).unwrap();
+    let first = &trace.blocks[0].input;
+    let row_peak = first
+        .rows()
+        .into_iter()
+        .map(|r| {
+            let m = r.sum() / r.len() as f64;
+            r.iter().fold(0.0_f64, |a, v| a.max((v - m).abs()))
+        })
+        .fold(0.0_f64, f64::max);
+    assert!(v.value >= row_peak, "{} < {row_peak}", v.value);
+    let err = run_secure(scaled, &[464, 2068], &RunOptions::default(), None).unwrap_err();
+    assert!(err.to_string().contains("calibration input"), "{err}");
+}
+
+#[test]
+fn the_shipped_and_real_models_pass_the_check() {
+    let (fx, settings) = (FixedPoint::default(), SecureSettings::default());
+    for dir in [DEFAULT_MODEL_DIR, puma_runner::gpt2::TINY_MODEL_DIR] {
+        let m = load_model(Path::new(dir)).unwrap();
+        let r = decoder_range_check(&m.config, &Arc::new(m.weights), &settings, fx).unwrap();
+        assert_eq!(r, None, "{dir}");
+    }
+    let mut paths = vec![std::path::PathBuf::from(puma_runner::llama::TINY_MODEL_DIR)];
+    let smol = std::path::PathBuf::from(puma_runner::llama::SMOLLM2_GGUF);
+    if smol.is_file() {
+        paths.push(smol);
+    } else if std::env::var("PUMA_REQUIRE_REAL_MODELS").as_deref() == Ok("1") {
+        panic!(
+            "{} is missing: run scripts/fetch-smollm2.sh",
+            smol.display()
+        );
+    }
+    for p in paths {
+        let m = puma_runner::llama::load_model(&p).unwrap();
+        let peaks = {
+            let w = Arc::new(m.weights);
+            let r = decoder_range_check(&m.config, &w, &settings, fx).unwrap();
+            assert_eq!(r, None, "{}", p.display());
+            puma_layers::llama::plain::PlainLlama::new(m.config.clone(), w)
+                .unwrap()
+                .activation_peaks(&calibration_ids(m.config.vocab_size, 16))
+                .unwrap()
+        };
+        eprintln!("{}: {peaks:?}", p.display());
+        assert!(peaks.norm_input > 0.0 && peaks.logits > 0.0);
+    }
 }

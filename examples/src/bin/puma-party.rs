@@ -26,7 +26,7 @@ use puma_core::{Config, PartyId, Session};
 use puma_layers::bert::{BertBatch, BertConfig};
 use puma_layers::bpe::BpeTokenizer;
 use puma_layers::llama::LlamaConfig;
-use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_violation};
+use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_check};
 use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_layers::{Gpt2Config, Gpt2Tokenizer};
 use puma_runner::decoder::check_prompt;
@@ -526,7 +526,8 @@ fn decoder_job<A: DecoderArch>(
     if let Some(w) = &weights {
         // The owner refuses, before connecting, weights the protocols would compute wrong.
         let fx = Config::new(0).fixed;
-        if let Some(e) = decoder_range_violation(&config, w, fx).map_err(model_err)? {
+        let settings = SecureSettings::default();
+        if let Some(e) = decoder_range_check(&config, w, &settings, fx).map_err(model_err)? {
             return Err(PartyError::Model(e.to_string()));
         }
     }

@@ -16,10 +16,14 @@
 //! are `[in, out]`. A [`KvCache`] keeps every block's keys and values, so that feeding one
 //! more token costs one row of work; [`PlainGpt2::generate_greedy`] uses it.
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, s};
 
 use crate::gpt2::config::{Activation, Gpt2Config, InputError};
 use crate::gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
+use crate::nn::NormKind;
+use crate::nn::range::ActivationPeaks;
 
 /// GeLU, tanh form (`gelu_new`): `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`.
 pub fn gelu_tanh(x: f64) -> f64 {
@@ -174,7 +178,9 @@ impl KvCache {
 #[derive(Debug, Clone)]
 pub struct PlainGpt2 {
     config: Gpt2Config,
-    weights: Gpt2Weights,
+    // Shared, so that the owner can run its plaintext model (for the range check) on the
+    // weights it is about to share without a second copy.
+    weights: Arc<Gpt2Weights>,
 }
 
 impl PlainGpt2 {
@@ -183,7 +189,11 @@ impl PlainGpt2 {
     /// # Errors
     /// [`LoadError::Config`] for an invalid configuration, [`LoadError::Shape`] if a weight
     /// does not have the shape the configuration implies.
-    pub fn new(config: Gpt2Config, weights: Gpt2Weights) -> Result<PlainGpt2, LoadError> {
+    pub fn new(
+        config: Gpt2Config,
+        weights: impl Into<Arc<Gpt2Weights>>,
+    ) -> Result<PlainGpt2, LoadError> {
+        let weights = weights.into();
         weights.check_shapes(&config)?;
         Ok(PlainGpt2 { config, weights })
     }
@@ -243,6 +253,38 @@ impl PlainGpt2 {
             last_hidden_state: hidden,
             logits,
         })
+    }
+
+    /// The largest values the protocols' ranges apply to, over a forward pass of `ids`
+    /// (norm inputs, attention scores, GeLU inputs, logits).
+    ///
+    /// # Errors
+    /// As [`PlainGpt2::forward`].
+    pub fn activation_peaks(&self, ids: &[u32]) -> Result<ActivationPeaks, InputError> {
+        let t = self.forward_trace(ids)?;
+        let (d, hd) = (self.config.n_embd, self.config.head_dim());
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut p = ActivationPeaks::default();
+        let ln = NormKind::LayerNorm {
+            eps: self.config.layer_norm_epsilon,
+        };
+        for b in &t.blocks {
+            for x in [&b.input, &b.residual, &b.output] {
+                p.raise_norm_input(ln, x.view());
+            }
+            let (q, k) = (b.qkv.slice(s![.., 0..d]), b.qkv.slice(s![.., d..2 * d]));
+            for h in 0..self.config.n_head {
+                let cols = s![.., h * hd..(h + 1) * hd];
+                let scores = q.slice(cols).dot(&k.slice(cols).t()) * scale;
+                // Only the causal part enters the softmax.
+                for (i, row) in scores.rows().into_iter().enumerate() {
+                    ActivationPeaks::raise(&mut p.scores, row.iter().take(i + 1).copied());
+                }
+            }
+            ActivationPeaks::raise(&mut p.activation, b.fc.iter().copied());
+        }
+        ActivationPeaks::raise(&mut p.logits, t.logits.iter().copied());
+        Ok(p)
     }
 
     /// Feeds `ids` at positions `cache.len() ..`, appends their keys and values to `cache`,

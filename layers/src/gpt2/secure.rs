@@ -9,12 +9,16 @@
 //! affine part (230,400 bits per row of 768 saved, no rounds added). ln_f keeps its γ and
 //! β: folding it would need an untied copy of the LM head.
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2, Axis};
 use puma_core::{Error, FixedPoint};
 
 use crate::gpt2::config::Gpt2Config;
+use crate::gpt2::plain::PlainGpt2;
 use crate::gpt2::weights::{Gpt2Weights, LayerNormWeights};
 use crate::nn::decoder::{BlockTensor, DecoderArch, DecoderSpec, DecoderTensor, Positions};
+use crate::nn::range::ActivationPeaks;
 use crate::nn::{Heads, NormKind};
 
 /// Encodes plaintext values at `fx`, into a vector of exactly `n` capacity.
@@ -76,6 +80,19 @@ impl DecoderArch for Gpt2Config {
             return Err(Error::misuse("only GPT-2's tied LM head is supported"));
         }
         Ok(())
+    }
+
+    fn activation_peaks(
+        &self,
+        weights: &Arc<Gpt2Weights>,
+        ids: &[u32],
+    ) -> Result<Option<ActivationPeaks>, Error> {
+        let plain = PlainGpt2::new(self.clone(), Arc::clone(weights))
+            .map_err(|_| Error::misuse("weights do not match the config"))?;
+        let peaks = plain
+            .activation_peaks(ids)
+            .map_err(|_| Error::misuse("the plaintext model cannot run the calibration input"))?;
+        Ok(Some(peaks))
     }
 
     fn tensor_name(&self, t: DecoderTensor) -> String {

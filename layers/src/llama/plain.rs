@@ -1,12 +1,16 @@
 //! The plaintext `f64` LLaMA forward pass (the reference every secure result is compared
 //! against), with a KV cache and greedy generation.
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, s};
 
 use super::config::LlamaConfig;
 use super::rope;
 use super::weights::{LlamaLoadError, LlamaWeights};
 use crate::gpt2::config::InputError;
+use crate::nn::NormKind;
+use crate::nn::range::ActivationPeaks;
 
 /// RMSNorm of each row: `x / sqrt(mean(x²) + eps) · w`.
 pub fn rms_norm(x: ArrayView2<'_, f64>, w: &Array1<f64>, eps: f64) -> Array2<f64> {
@@ -48,7 +52,9 @@ impl LlamaKvCache {
 #[derive(Debug, Clone)]
 pub struct PlainLlama {
     cfg: LlamaConfig,
-    w: LlamaWeights,
+    // Shared, so that the owner can run its plaintext model (for the range check) on the
+    // weights it is about to share without a second copy.
+    w: Arc<LlamaWeights>,
 }
 
 impl PlainLlama {
@@ -56,7 +62,11 @@ impl PlainLlama {
     ///
     /// # Errors
     /// [`LlamaLoadError::Shape`] if the weights do not match the configuration.
-    pub fn new(cfg: LlamaConfig, w: LlamaWeights) -> Result<PlainLlama, LlamaLoadError> {
+    pub fn new(
+        cfg: LlamaConfig,
+        w: impl Into<Arc<LlamaWeights>>,
+    ) -> Result<PlainLlama, LlamaLoadError> {
+        let w = w.into();
         w.check_shapes(&cfg)?;
         Ok(PlainLlama { cfg, w })
     }
@@ -92,7 +102,34 @@ impl PlainLlama {
         ids: &[u32],
         cache: &mut LlamaKvCache,
     ) -> Result<Array2<f64>, InputError> {
+        self.run(ids, cache, None)
+    }
+
+    /// The largest values the protocols' ranges apply to, over a forward pass of `ids`
+    /// (RMSNorm inputs, attention scores, SiLU inputs, logits).
+    ///
+    /// # Errors
+    /// As [`PlainLlama::hidden_with_cache`].
+    pub fn activation_peaks(&self, ids: &[u32]) -> Result<ActivationPeaks, InputError> {
+        let mut peaks = ActivationPeaks::default();
+        let mut cache = self.new_cache();
+        let hidden = self.run(ids, &mut cache, Some(&mut peaks))?;
+        let logits = hidden.dot(&self.w.lm_head().t());
+        ActivationPeaks::raise(&mut peaks.logits, logits.iter().copied());
+        Ok(peaks)
+    }
+
+    /// [`PlainLlama::hidden_with_cache`], raising `peaks` if given.
+    fn run(
+        &self,
+        ids: &[u32],
+        cache: &mut LlamaKvCache,
+        mut peaks: Option<&mut ActivationPeaks>,
+    ) -> Result<Array2<f64>, InputError> {
         let cfg = &self.cfg;
+        let rms = NormKind::RmsNorm {
+            eps: cfg.rms_norm_eps,
+        };
         if ids.is_empty() {
             return Err(InputError::Empty);
         }
@@ -120,6 +157,9 @@ impl PlainLlama {
             .collect();
         let scale = 1.0 / (hd as f64).sqrt();
         for (l, layer) in self.w.layers.iter().enumerate() {
+            if let Some(p) = peaks.as_deref_mut() {
+                p.raise_norm_input(rms, x.view());
+            }
             let a = rms_norm(x.view(), &layer.attn_norm, cfg.rms_norm_eps);
             let mut q = a.dot(&layer.wq);
             let mut k = a.dot(&layer.wk);
@@ -156,6 +196,9 @@ impl PlainLlama {
                 let mut scores = qh.dot(&kh.t()) * scale;
                 for (i, mut row) in scores.rows_mut().into_iter().enumerate() {
                     let visible = past + i + 1;
+                    if let Some(p) = peaks.as_deref_mut() {
+                        ActivationPeaks::raise(&mut p.scores, row.iter().take(visible).copied());
+                    }
                     let m = row
                         .slice(s![..visible])
                         .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
@@ -170,8 +213,14 @@ impl PlainLlama {
                     .assign(&scores.dot(&vh));
             }
             x = x + attn.dot(&layer.wo);
+            if let Some(p) = peaks.as_deref_mut() {
+                p.raise_norm_input(rms, x.view());
+            }
             let a2 = rms_norm(x.view(), &layer.mlp_norm, cfg.rms_norm_eps);
             let gate = a2.dot(&layer.w_gate);
+            if let Some(p) = peaks.as_deref_mut() {
+                ActivationPeaks::raise(&mut p.activation, gate.iter().copied());
+            }
             let up = a2.dot(&layer.w_up);
             let act = ndarray::Zip::from(&gate)
                 .and(&up)
@@ -179,6 +228,9 @@ impl PlainLlama {
             x = x + act.dot(&layer.w_down);
         }
         cache.len = total;
+        if let Some(p) = peaks {
+            p.raise_norm_input(rms, x.view());
+        }
         Ok(rms_norm(x.view(), &self.w.norm, cfg.rms_norm_eps))
     }
 

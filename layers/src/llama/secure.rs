@@ -5,13 +5,17 @@
 //! attention scaling for free); queries, keys and values share one product, as do the
 //! gate and up projections.
 
+use std::sync::Arc;
+
 use ndarray::Array2;
 use puma_core::{Error, FixedPoint};
 
 use super::config::LlamaConfig;
+use super::plain::PlainLlama;
 use super::weights::LlamaWeights;
 use crate::gpt2::secure::encode_all;
 use crate::nn::decoder::{BlockTensor, DecoderArch, DecoderSpec, DecoderTensor, Positions};
+use crate::nn::range::ActivationPeaks;
 use crate::nn::{Activation, Heads, NormKind};
 
 /// The matrices `parts` (same number of rows, each with its scale factor) side by side,
@@ -72,6 +76,19 @@ impl DecoderArch for LlamaConfig {
             ));
         }
         Ok(())
+    }
+
+    fn activation_peaks(
+        &self,
+        weights: &Arc<LlamaWeights>,
+        ids: &[u32],
+    ) -> Result<Option<ActivationPeaks>, Error> {
+        let plain = PlainLlama::new(self.clone(), Arc::clone(weights))
+            .map_err(|_| Error::misuse("weights do not match the config"))?;
+        let peaks = plain
+            .activation_peaks(ids)
+            .map_err(|_| Error::misuse("the plaintext model cannot run the calibration input"))?;
+        Ok(Some(peaks))
     }
 
     fn tensor_name(&self, t: DecoderTensor) -> String {

@@ -5,6 +5,8 @@
 //! secret-shared KV cache (each further token costs one row of work) and three output
 //! modes.
 
+use std::sync::Arc;
+
 use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, proto};
 
 use super::activation::Activation;
@@ -14,7 +16,7 @@ use super::embedding::{embed, share_one_hot};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
 use super::plan::{TensorPlan, share_plan};
-use super::range::decoder_range_violation;
+use super::range::{ActivationPeaks, decoder_range_violation};
 use super::settings::SecureSettings;
 use crate::InputError;
 
@@ -277,6 +279,21 @@ pub trait DecoderArch {
     /// generic [`DecoderTensor::name`]).
     fn tensor_name(&self, t: DecoderTensor) -> String {
         t.name()
+    }
+
+    /// Owner side: the plaintext model's [`ActivationPeaks`] on `ids`, for the range
+    /// check before sharing ([`super::range::decoder_range_check`]); `None` for an
+    /// architecture without a plaintext model.
+    ///
+    /// # Errors
+    /// `Misuse` if the plaintext model cannot run `ids` on these weights.
+    fn activation_peaks(
+        &self,
+        weights: &Arc<Self::Weights>,
+        ids: &[u32],
+    ) -> Result<Option<ActivationPeaks>, Error> {
+        let _ = (weights, ids);
+        Ok(None)
     }
 
     /// Owner side: tensor `t` encoded at `fx` in the layout [`DecoderTensor`] and

@@ -30,5 +30,8 @@ pub use decoder::{
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};
 pub use plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan};
-pub use range::{NORM_SCALE_LIMIT, RangeError, decoder_range_violation};
+pub use range::{
+    ActivationPeaks, NORM_SCALE_LIMIT, RangeError, calibration_ids, decoder_range_check,
+    decoder_range_violation,
+};
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};

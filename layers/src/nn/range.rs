@@ -5,11 +5,20 @@
 //! garbage (see "Supported ranges" in docs/PROTOCOLS.md). A valid checkpoint can still
 //! leave them, for example with a final norm whose γ is scaled up by 10^4. Only the owner
 //! sees the weights, so only the owner can check; it refuses with an error naming the
-//! tensor instead of letting the parties compute nonsense.
+//! tensor instead of letting the parties compute nonsense. The weights alone do not say
+//! everything (an embedding scaled up overflows the residual stream, not a weight), so
+//! the owner also runs its plaintext model on a public calibration input and checks the
+//! activations each protocol will see ([`decoder_range_check`]).
 
+use std::sync::Arc;
+
+use ndarray::ArrayView2;
 use puma_core::{Error, FixedPoint};
 
-use super::decoder::{BlockTensor, DecoderArch, DecoderTensor};
+use super::activation::Activation;
+use super::decoder::{BlockTensor, DecoderArch, DecoderSpec, DecoderTensor};
+use super::norm::NormKind;
+use super::settings::{SecureSettings, SiluApprox};
 
 /// The largest |γ|·√d a LayerNorm or RMSNorm supports (2^14): the norm's last product
 /// must stay below 2^62 with 2f + 12 bits already taken (docs/PROTOCOLS.md, LayerNorm and
@@ -97,4 +106,132 @@ pub fn decoder_range_violation<A: DecoderArch>(
         }
     }
     Ok(None)
+}
+
+/// The largest magnitudes a plaintext forward pass reached where a protocol's supported
+/// range applies: what the owner learns by running its own model on a calibration input.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ActivationPeaks {
+    /// Over every norm's input rows: max |x − mean(row)| for LayerNorm, max |x| for
+    /// RMSNorm.
+    pub norm_input: f64,
+    /// Max |score| entering a softmax (after the 1/√head_dim scaling).
+    pub scores: f64,
+    /// Max |x| entering the MLP's activation.
+    pub activation: f64,
+    /// Max |logit|.
+    pub logits: f64,
+}
+
+impl ActivationPeaks {
+    /// Raises `slot` to the largest |v| of `values`.
+    pub fn raise(slot: &mut f64, values: impl IntoIterator<Item = f64>) {
+        for v in values {
+            *slot = slot.max(v.abs());
+        }
+    }
+
+    /// Raises [`ActivationPeaks::norm_input`] by the rows of `x` as a norm of `kind` sees
+    /// them.
+    pub fn raise_norm_input(&mut self, kind: NormKind, x: ArrayView2<'_, f64>) {
+        for row in x.rows() {
+            let mean = match kind {
+                NormKind::RmsNorm { .. } => 0.0,
+                _ => row.sum() / row.len().max(1) as f64,
+            };
+            Self::raise(&mut self.norm_input, row.iter().map(|v| v - mean));
+        }
+    }
+
+    /// The first peak outside the range its protocol supports under `settings` and `fx`
+    /// (docs/PROTOCOLS.md, Supported ranges), if any.
+    pub fn violation(
+        &self,
+        spec: &DecoderSpec,
+        settings: &SecureSettings,
+        fx: FixedPoint,
+    ) -> Option<RangeError> {
+        let (norm_what, norm_limit, norm) = match spec.block_norm {
+            NormKind::RmsNorm { .. } => ("max |x|", settings.residual_bound, "RMSNorm"),
+            _ => ("max |x − mean|", 8192.0, "LayerNorm"),
+        };
+        let (act_limit, act) = match (spec.activation, settings.silu) {
+            (Activation::Silu, SiluApprox::Precise) => (4096.0, "Precise SiLU"),
+            (Activation::Silu, SiluApprox::Piecewise) => (8186.0, "SiLU"),
+            (Activation::Gelu(_), _) => (8188.0, "GeLU"),
+        };
+        // A product's raw value must stay below 2^62: 2^(62 − 2f) in real terms.
+        let product_limit = 2f64.powi(62 - 2 * fx.frac_bits() as i32);
+        [
+            (
+                "norm inputs (the residual stream)",
+                norm_what,
+                self.norm_input,
+                norm_limit,
+                norm,
+            ),
+            (
+                "attention scores",
+                "max |score|",
+                self.scores,
+                4096.0,
+                "Softmax",
+            ),
+            (
+                "MLP activation inputs",
+                "max |x|",
+                self.activation,
+                act_limit,
+                act,
+            ),
+            (
+                "logits",
+                "max |logit|",
+                self.logits,
+                product_limit,
+                "Matrix product",
+            ),
+        ]
+        .into_iter()
+        // A NaN peak (an overflowing plaintext) counts as out of range too.
+        .find(|&(_, _, value, limit, _)| value.is_nan() || value >= limit)
+        .map(|(where_, what, value, limit, protocol)| RangeError {
+            tensor: format!("{where_} on the calibration input"),
+            what,
+            value,
+            limit,
+            protocol,
+        })
+    }
+}
+
+/// The owner's calibration input for a model of `vocab` ids and `max_positions`
+/// positions: 16 ids (fewer if the model has fewer positions) spread over the
+/// vocabulary. Public and fixed, so that every owner's check is reproducible.
+pub fn calibration_ids(vocab: usize, max_positions: usize) -> Vec<u32> {
+    let n = max_positions.clamp(1, 16);
+    (0..n)
+        .map(|i| ((i * 7919 + 13) % vocab.max(1)) as u32)
+        .collect()
+}
+
+/// Owner side, before sharing: [`decoder_range_violation`] on the weights, then the
+/// plaintext model ([`DecoderArch::activation_peaks`]) on [`calibration_ids`] against
+/// the ranges of the protocols `settings` selects.
+///
+/// # Errors
+/// As [`decoder_range_violation`] and [`DecoderArch::activation_peaks`].
+pub fn decoder_range_check<A: DecoderArch>(
+    arch: &A,
+    weights: &Arc<A::Weights>,
+    settings: &SecureSettings,
+    fx: FixedPoint,
+) -> Result<Option<RangeError>, Error> {
+    if let Some(e) = decoder_range_violation(arch, weights, fx)? {
+        return Ok(Some(e));
+    }
+    let spec = arch.spec()?;
+    let ids = calibration_ids(spec.vocab, spec.max_positions);
+    let peaks = arch.activation_peaks(weights, &ids)?;
+    Ok(peaks.and_then(|p| p.violation(&spec, settings, fx)))
 }
