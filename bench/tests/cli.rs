@@ -35,7 +35,7 @@ const PROGRAMS: [(&str, &str, &[&str]); 7] = [
     (
         "perplexity",
         env!("CARGO_BIN_EXE_perplexity"),
-        &["--windows", "--window-len", "--squarings"],
+        &["--windows", "--window-len", "--squarings", "--json"],
     ),
     (
         "bench_tables",
@@ -190,4 +190,39 @@ fn gpt2_net_json_renders_the_table_in_benchmarks_md() {
         in_doc, table,
         "BENCHMARKS.md's gpt2_net table is stale: run scripts/bench-tables.sh"
     );
+}
+
+/// `perplexity --json` on one short window: the overall and per-window figures, the
+/// secure perplexity within 1e-3 of the plaintext one.
+#[test]
+fn perplexity_json_carries_the_figures() {
+    let (out, _) = run(
+        env!("CARGO_BIN_EXE_perplexity"),
+        &["--windows", "1", "--window-len", "16", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["windows"].as_u64(), v["window_len"].as_u64()),
+        (Some(1), Some(16))
+    );
+    let (sp, pp) = (
+        v["secure_perplexity"].as_f64().unwrap(),
+        v["plaintext_perplexity"].as_f64().unwrap(),
+    );
+    assert!(pp > 1.0 && ((sp - pp) / pp).abs() <= 1e-3, "{sp} vs {pp}");
+    assert_eq!(
+        v["relative_difference"].as_f64(),
+        Some((sp - pp).abs() / pp)
+    );
+    let windows = v["per_window"].as_array().unwrap();
+    assert_eq!(windows.len(), 1);
+    let nll = windows[0]["plaintext_nll"].as_f64().unwrap();
+    assert!((nll.exp() - pp).abs() <= 1e-9 * pp, "{nll} vs {pp}");
+    assert!(v["max_logit_error"].as_f64().unwrap() < 0.05);
 }

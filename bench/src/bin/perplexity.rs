@@ -5,7 +5,7 @@
 //! the next token of each position. Usage:
 //!
 //! ```text
-//! perplexity [--windows N] [--window-len L] [--squarings T]
+//! perplexity [--windows N] [--window-len L] [--squarings T] [--json]
 //! ```
 //! The windows must fit the slice (windows × window length ≤ 1,024 tokens) and each window
 //! the model's context (256 positions for the Shakespeare model).
@@ -73,6 +73,9 @@ struct Args {
     /// default minimax one.
     #[arg(long, value_parser = clap::value_parser!(u32).range(3..=12))]
     squarings: Option<u32>,
+    /// Print one JSON object (per-window and overall figures) instead of the text lines.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
     }
     let vocab = model.config.vocab_size;
     let (mut secure_nll, mut plain_nll, mut max_err) = (0.0, 0.0, 0.0f64);
+    let mut per_window = Vec::with_capacity(windows);
     let shared = Arc::new((model.config.clone(), model.weights.clone()));
     let start = Instant::now();
     for w in 0..windows {
@@ -180,14 +184,39 @@ fn main() -> ExitCode {
             mean_nll(&logits, vocab, &window),
             mean_nll(&plain_flat, vocab, &window),
         );
-        println!(
-            "window {w}: secure NLL {s:.6}, plaintext NLL {p:.6}, max |logit error| {err:.3e}, {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
+        let secs = t0.elapsed().as_secs_f64();
+        if args.json {
+            per_window.push(serde_json::json!({
+                "secure_nll": s,
+                "plaintext_nll": p,
+                "max_logit_error": err,
+                "seconds": secs,
+            }));
+        } else {
+            println!(
+                "window {w}: secure NLL {s:.6}, plaintext NLL {p:.6}, max |logit error| {err:.3e}, {secs:.1} s"
+            );
+        }
         secure_nll += s / windows as f64;
         plain_nll += p / windows as f64;
     }
     let (sp, pp) = (secure_nll.exp(), plain_nll.exp());
+    if args.json {
+        let obj = serde_json::json!({
+            "model": "gpt2-shakespeare",
+            "windows": windows,
+            "window_len": window_len,
+            "softmax_squarings": args.squarings,
+            "secure_perplexity": sp,
+            "plaintext_perplexity": pp,
+            "relative_difference": (sp - pp).abs() / pp,
+            "max_logit_error": max_err,
+            "seconds": start.elapsed().as_secs_f64(),
+            "per_window": per_window,
+        });
+        println!("{obj}");
+        return ExitCode::SUCCESS;
+    }
     println!(
         "perplexity: secure {sp:.6}, plaintext {pp:.6}, relative difference {:.3e}; max |logit error| {max_err:.3e}; {:.1} s",
         (sp - pp).abs() / pp,
