@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, FixedPoint, PartyId, Stats, proto};
 use puma_transports::{TransportError, mem};
 
+/// The largest number of elements of each of the run's matrices (`x`: rows × k, `W`: k × n,
+/// `y`: rows × n): 2^22, i.e. 32 MiB of f64, which keeps the three parties' copies and
+/// shares of the largest allowed run within a few GiB.
+pub const MAX_ELEMENTS: usize = 1 << 22;
+
 /// The sizes and seed of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinearDemo {
@@ -65,6 +70,13 @@ impl LinearReport {
 pub enum DemoError {
     /// Sizes that are zero or overflow.
     BadSize,
+    /// A matrix would have more than [`MAX_ELEMENTS`] elements.
+    TooLarge {
+        /// The names of the two sizes whose product is too large (`"rows"`, `"k"`, `"n"`).
+        dims: [&'static str; 2],
+        /// Their product.
+        elements: u128,
+    },
     /// Encoding the data failed.
     Core(puma_core::Error),
     /// A party's run failed.
@@ -82,6 +94,13 @@ impl fmt::Display for DemoError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DemoError::BadSize => write!(f, "sizes must be positive and small enough"),
+            DemoError::TooLarge {
+                dims: [a, b],
+                elements,
+            } => write!(
+                f,
+                "{a} × {b} = {elements} elements is more than the limit of {MAX_ELEMENTS} per matrix"
+            ),
             DemoError::Core(e) => write!(f, "{e}"),
             DemoError::Party { party, error } => write!(f, "{party} failed: {error}"),
             DemoError::MissingOutput => write!(f, "the client got no output"),
@@ -144,18 +163,44 @@ pub fn plaintext_linear(
     y
 }
 
+impl LinearDemo {
+    /// The element counts of `x`, `W` and `y`.
+    ///
+    /// # Errors
+    /// [`DemoError::BadSize`] if a size is zero, [`DemoError::TooLarge`] (naming the two
+    /// sizes) if a matrix would have more than [`MAX_ELEMENTS`] elements.
+    pub fn elements(&self) -> Result<(usize, usize, usize), DemoError> {
+        let LinearDemo { rows, k, n, .. } = *self;
+        if rows == 0 || k == 0 || n == 0 {
+            return Err(DemoError::BadSize);
+        }
+        // In u128 so that no product of two usize overflows.
+        let count = |dims: [&'static str; 2], a: usize, b: usize| {
+            let elements = a as u128 * b as u128;
+            if elements > MAX_ELEMENTS as u128 {
+                Err(DemoError::TooLarge { dims, elements })
+            } else {
+                Ok(a * b)
+            }
+        };
+        Ok((
+            count(["rows", "k"], rows, k)?,
+            count(["k", "n"], k, n)?,
+            count(["rows", "n"], rows, n)?,
+        ))
+    }
+}
+
 /// Runs the secure layer on pseudo-random data of the given sizes and checks it against
 /// [`plaintext_linear`].
 ///
 /// # Errors
-/// [`DemoError`] if the sizes are unusable, the data does not encode, a party fails, or
-/// the client receives no output.
+/// [`DemoError`] if the sizes are unusable (zero, or a matrix larger than
+/// [`MAX_ELEMENTS`]: checked before anything is allocated), the data does not encode, a
+/// party fails, or the client receives no output.
 pub fn run_linear(demo: LinearDemo) -> Result<LinearReport, DemoError> {
     let LinearDemo { rows, k, n, seed } = demo;
-    let (xn, wn, yn) = match (rows.checked_mul(k), k.checked_mul(n), rows.checked_mul(n)) {
-        (Some(a), Some(b), Some(c)) if rows > 0 && k > 0 && n > 0 => (a, b, c),
-        _ => return Err(DemoError::BadSize),
-    };
+    let (xn, wn, yn) = demo.elements()?;
     let x = pseudo_random(xn, seed, 1.0);
     let w = pseudo_random(wn, seed ^ 0x5745_4947_4854, 1.0 / (k as f64).sqrt());
     let b = pseudo_random(n, seed ^ 0x4249_4153, 0.1);

@@ -1,7 +1,9 @@
 //! The demo's secure linear layer, end to end over the threaded transport.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use puma_runner::linear::{DemoError, LinearDemo, plaintext_linear, pseudo_random, run_linear};
+use puma_runner::linear::{
+    DemoError, LinearDemo, MAX_ELEMENTS, plaintext_linear, pseudo_random, run_linear,
+};
 
 #[test]
 fn plaintext_reference_is_a_linear_layer() {
@@ -55,5 +57,55 @@ fn unusable_sizes_are_errors() {
         k: 2,
         ..LinearDemo::default()
     });
-    assert!(matches!(r, Err(DemoError::BadSize)));
+    assert!(
+        matches!(r, Err(DemoError::TooLarge { dims: ["rows", "k"], elements }) if elements == 2 * usize::MAX as u128),
+        "{r:?}"
+    );
+}
+
+/// Sizes whose matrices would not fit in memory are refused before anything is allocated
+/// (they used to abort the process on allocation), naming the two sizes; the limit itself
+/// is accepted.
+#[test]
+fn oversized_matrices_are_refused_naming_the_sizes() {
+    let huge = LinearDemo {
+        rows: 4,
+        k: 1 << 30,
+        n: 1 << 30,
+        ..LinearDemo::default()
+    };
+    let err = run_linear(huge).unwrap_err();
+    assert!(
+        matches!(err, DemoError::TooLarge { dims: ["rows", "k"], elements } if elements == 1 << 32),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "rows × k = 4294967296 elements is more than the limit of {MAX_ELEMENTS} per matrix"
+        )
+    );
+    let wide = LinearDemo {
+        rows: 1,
+        k: 1,
+        n: MAX_ELEMENTS + 1,
+        ..LinearDemo::default()
+    };
+    assert!(matches!(
+        wide.elements(),
+        Err(DemoError::TooLarge {
+            dims: ["k", "n"],
+            ..
+        })
+    ));
+    let at_limit = LinearDemo {
+        rows: 1,
+        k: 1,
+        n: MAX_ELEMENTS,
+        ..LinearDemo::default()
+    };
+    assert_eq!(
+        at_limit.elements().unwrap(),
+        (1, MAX_ELEMENTS, MAX_ELEMENTS)
+    );
 }

@@ -38,6 +38,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use puma_core::{Config, PartyId};
 use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::{self as bert_secure, BatchShape, BertHeads, SharedBert};
@@ -526,18 +527,11 @@ fn report(model: Model, method: &str, scaled: bool, fig: &Figures, as_json: bool
     }
 }
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: bench_models [--models base,medium,large,bert-base,bert-large] [--whole | --scaled] [--json]"
-    );
-    ExitCode::from(2)
-}
-
 /// Runs `model` with `layers` layers in a fresh child process and reads its figures.
 fn run_child(model: Model, layers: usize) -> Result<Figures, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
-        .args(["--single", model.name(), &layers.to_string()])
+        .args(["--single", model.arg(), &layers.to_string()])
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
@@ -547,11 +541,7 @@ fn run_child(model: Model, layers: usize) -> Result<Figures, String> {
 }
 
 /// The child side of [`run_child`]: prints one run's figures as JSON.
-fn single(name: &str, layers: &str) -> ExitCode {
-    let model = Model::ALL.into_iter().find(|m| m.name() == name);
-    let (Some(model), Ok(layers)) = (model, layers.parse::<usize>()) else {
-        return usage();
-    };
+fn single(model: Model, layers: usize) -> ExitCode {
     match model
         .run(layers)
         .and_then(|f| serde_json::to_string(&f).map_err(|e| e.to_string()))
@@ -567,41 +557,83 @@ fn single(name: &str, layers: &str) -> ExitCode {
     }
 }
 
+/// A `--models` name: `base`, `medium`, `large`, `bert-base` or `bert-large` (or the full
+/// name, e.g. `gpt2-base`).
+fn parse_model(name: &str) -> Result<Model, String> {
+    Model::ALL
+        .into_iter()
+        .find(|m| m.arg() == name || m.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Model::ALL.iter().map(|m| m.arg()).collect();
+            format!("unknown model `{name}` (one of {})", names.join(", "))
+        })
+}
+
+/// Secure inference on the shapes of PUMA's tables (seeded random weights, three parties in
+/// one process): GPT-2 base, medium, large (32 → 1 tokens) and Bert-Base, Bert-Large (128
+/// tokens → sentence embedding). Each measurement runs in a fresh child process.
+#[derive(Debug, Parser)]
+#[command(name = "bench_models", version)]
+struct Args {
+    /// The configurations to measure, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_model,
+        default_value = "base,medium,large,bert-base,bert-large"
+    )]
+    models: Vec<Model>,
+    /// Run every configuration whole (all layers); medium, large and Bert-Large need more
+    /// than 24 GiB this way.
+    #[arg(long, conflicts_with = "scaled")]
+    whole: bool,
+    /// Measure every configuration with 1 and 3 (GPT-2) or 2 (BERT) layers and scale.
+    #[arg(long)]
+    scaled: bool,
+    /// Print one JSON object per configuration.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run one model with its first LAYERS layers (at most its layer count) and
+    /// print the figures as JSON (what the parent process reads).
+    #[arg(long, num_args = 2, value_names = ["MODEL", "LAYERS"], hide = true)]
+    single: Option<Vec<String>>,
+}
+
 fn main() -> ExitCode {
-    let mut models = Model::ALL.to_vec();
-    let mut force: Option<bool> = None; // Some(true): whole; Some(false): scaled
-    let mut as_json = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "--single" => {
-                let (Some(name), Some(layers)) = (args.next(), args.next()) else {
-                    return usage();
-                };
-                return single(&name, &layers);
+    let args = Args::parse();
+    if let Some(single_args) = &args.single {
+        let [name, layers] = single_args.as_slice() else {
+            eprintln!("bench_models: --single takes MODEL LAYERS");
+            return ExitCode::from(2);
+        };
+        let model = match parse_model(name) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("bench_models: --single: {e}");
+                return ExitCode::from(2);
             }
-            "--json" => as_json = true,
-            "--whole" => force = Some(true),
-            "--scaled" => force = Some(false),
-            "--models" => {
-                let Some(list) = args.next() else {
-                    return usage();
-                };
-                let mut chosen = Vec::new();
-                for name in list.split(',') {
-                    let Some(m) = Model::ALL
-                        .into_iter()
-                        .find(|m| m.arg() == name || m.name() == name)
-                    else {
-                        return usage();
-                    };
-                    chosen.push(m);
-                }
-                models = chosen;
+        };
+        return match layers.parse::<usize>() {
+            Ok(l) if (1..=model.layers()).contains(&l) => single(model, l),
+            _ => {
+                eprintln!(
+                    "bench_models: --single: LAYERS `{layers}` must be between 1 and {} ({}'s layer count)",
+                    model.layers(),
+                    model.name()
+                );
+                ExitCode::from(2)
             }
-            _ => return usage(),
-        }
+        };
     }
+    let force = if args.whole {
+        Some(true)
+    } else if args.scaled {
+        Some(false)
+    } else {
+        None
+    };
+    let as_json = args.json;
+    let models = args.models;
     for model in models {
         let whole = force.unwrap_or(model.whole_by_default());
         let result = if whole {

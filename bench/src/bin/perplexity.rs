@@ -5,8 +5,10 @@
 //! the next token of each position. Usage:
 //!
 //! ```text
-//! perplexity [--windows N] [--window-len L] [--squarings T]
+//! perplexity [--windows N] [--window-len L] [--squarings T] [--json]
 //! ```
+//! The windows must fit the slice (windows × window length ≤ 1,024 tokens) and each window
+//! the model's context (256 positions for the Shakespeare model).
 //! Defaults: the embedded Shakespeare GPT-2 and the fixture's held-out slice of 1,024
 //! tokens as 4 windows of 256 (reference perplexity 50.529740).
 
@@ -14,6 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use puma_core::{Config, PartyId};
 use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::nn::{SecureSettings, SharedDecoder, forward_logits};
@@ -50,29 +53,39 @@ fn read_slice() -> Result<Vec<u32>, String> {
         .collect())
 }
 
+/// Secure perplexity of the embedded Shakespeare GPT-2 on the fixture's held-out slice
+/// (1,024 tokens), beside the plaintext f64 model.
+#[derive(Debug, Parser)]
+#[command(
+    name = "perplexity",
+    version,
+    after_help = "Limits: --windows × --window-len must not exceed the slice's 1024 tokens, \
+                  and --window-len the model's context (256 positions)."
+)]
+struct Args {
+    /// Windows to score, one secure forward pass each.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    windows: u64,
+    /// Tokens per window (at least 2: each position scores the next token).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=1024))]
+    window_len: u64,
+    /// Use the second-order softmax exponential with this many squarings instead of the
+    /// default minimax one.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(3..=12))]
+    squarings: Option<u32>,
+    /// Print one JSON object (per-window and overall figures) instead of the text lines.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
-    let mut windows = 4usize;
-    let mut window_len = 256usize;
+    let args = Args::parse();
+    // Both are bounded by clap (≤ 1024).
+    let windows = usize::try_from(args.windows).unwrap_or(1);
+    let window_len = usize::try_from(args.window_len).unwrap_or(2);
     let mut settings = SecureSettings::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let Some(value) = args.next().and_then(|v| v.parse::<usize>().ok()) else {
-            eprintln!("usage: perplexity [--windows N] [--window-len L] [--squarings T]");
-            return ExitCode::from(2);
-        };
-        match flag.as_str() {
-            "--windows" => windows = value,
-            "--window-len" => window_len = value,
-            "--squarings" => {
-                settings.softmax_exp = puma_core::proto::ExpApprox::Taylor2 {
-                    squarings: value as u32,
-                }
-            }
-            _ => {
-                eprintln!("unknown argument {flag}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Some(squarings) = args.squarings {
+        settings.softmax_exp = puma_core::proto::ExpApprox::Taylor2 { squarings };
     }
     let ids = match read_slice() {
         Ok(v) => v,
@@ -81,6 +94,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if windows * window_len > ids.len() {
+        eprintln!(
+            "error: --windows × --window-len = {windows} × {window_len} = {} tokens, but the slice has {}",
+            windows * window_len,
+            ids.len()
+        );
+        return ExitCode::from(2);
+    }
     let model = match load_model(std::path::Path::new(DEFAULT_MODEL_DIR)) {
         Ok(m) => m,
         Err(e) => {
@@ -95,8 +116,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if window_len > model.config.n_positions {
+        eprintln!(
+            "error: --window-len {window_len} is more than the model's context of {} positions",
+            model.config.n_positions
+        );
+        return ExitCode::from(2);
+    }
     let vocab = model.config.vocab_size;
     let (mut secure_nll, mut plain_nll, mut max_err) = (0.0, 0.0, 0.0f64);
+    let mut per_window = Vec::with_capacity(windows);
     let shared = Arc::new((model.config.clone(), model.weights.clone()));
     let start = Instant::now();
     for w in 0..windows {
@@ -155,14 +184,39 @@ fn main() -> ExitCode {
             mean_nll(&logits, vocab, &window),
             mean_nll(&plain_flat, vocab, &window),
         );
-        println!(
-            "window {w}: secure NLL {s:.6}, plaintext NLL {p:.6}, max |logit error| {err:.3e}, {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
+        let secs = t0.elapsed().as_secs_f64();
+        if args.json {
+            per_window.push(serde_json::json!({
+                "secure_nll": s,
+                "plaintext_nll": p,
+                "max_logit_error": err,
+                "seconds": secs,
+            }));
+        } else {
+            println!(
+                "window {w}: secure NLL {s:.6}, plaintext NLL {p:.6}, max |logit error| {err:.3e}, {secs:.1} s"
+            );
+        }
         secure_nll += s / windows as f64;
         plain_nll += p / windows as f64;
     }
     let (sp, pp) = (secure_nll.exp(), plain_nll.exp());
+    if args.json {
+        let obj = serde_json::json!({
+            "model": "gpt2-shakespeare",
+            "windows": windows,
+            "window_len": window_len,
+            "softmax_squarings": args.squarings,
+            "secure_perplexity": sp,
+            "plaintext_perplexity": pp,
+            "relative_difference": (sp - pp).abs() / pp,
+            "max_logit_error": max_err,
+            "seconds": start.elapsed().as_secs_f64(),
+            "per_window": per_window,
+        });
+        println!("{obj}");
+        return ExitCode::SUCCESS;
+    }
     println!(
         "perplexity: secure {sp:.6}, plaintext {pp:.6}, relative difference {:.3e}; max |logit error| {max_err:.3e}; {:.1} s",
         (sp - pp).abs() / pp,

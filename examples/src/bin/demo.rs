@@ -5,36 +5,65 @@
 
 use std::process::ExitCode;
 
-use puma_runner::linear::{LinearDemo, run_linear};
+use clap::Parser;
+use puma_runner::linear::{DemoError, LinearDemo, MAX_ELEMENTS, run_linear};
 
 /// The largest acceptable error against the f64 plaintext.
 const TOLERANCE: f64 = 1e-3;
 
-fn parse_args() -> Result<LinearDemo, String> {
-    let mut demo = LinearDemo::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num: u64 = value
-            .parse()
-            .map_err(|_| format!("{flag}: `{value}` is not a number"))?;
-        let size = || usize::try_from(num).map_err(|_| format!("{flag}: {num} is too large"));
-        match flag.as_str() {
-            "--rows" => demo.rows = size()?,
-            "--k" => demo.k = size()?,
-            "--n" => demo.n = size()?,
-            "--seed" => demo.seed = num,
-            _ => return Err(format!("unknown argument `{flag}`")),
-        }
+/// A secure fixed-point linear layer y = x·W + b among three parties in memory: x (rows × k)
+/// from the client P0, W (k × n) and b (n) from the model owner P1, y revealed to the client
+/// and checked against f64.
+#[derive(Debug, Parser)]
+#[command(
+    name = "demo",
+    version,
+    after_help = "Limits: each of x (rows × k), W (k × n) and y (rows × n) may have at most \
+                  4194304 (2^22) elements, 32 MiB of f64; larger sizes are refused before \
+                  anything is allocated."
+)]
+struct Args {
+    /// Rows of x (tokens).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=MAX_ELEMENTS as u64))]
+    rows: u64,
+    /// Input features (columns of x, rows of W).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=MAX_ELEMENTS as u64))]
+    k: u64,
+    /// Output features (columns of W and y).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=MAX_ELEMENTS as u64))]
+    n: u64,
+    /// Seed of the pseudo-random data and of the parties' entropy.
+    #[arg(long, default_value_t = 2024)]
+    seed: u64,
+}
+
+/// The run the arguments ask for, its sizes checked against [`MAX_ELEMENTS`].
+fn demo(args: &Args) -> Result<LinearDemo, String> {
+    // Each size is at most MAX_ELEMENTS (clap checked it), so it fits a usize.
+    let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let demo = LinearDemo {
+        rows: size(args.rows),
+        k: size(args.k),
+        n: size(args.n),
+        seed: args.seed,
+    };
+    match demo.elements() {
+        Ok(_) => Ok(demo),
+        Err(DemoError::TooLarge {
+            dims: [a, b],
+            elements,
+        }) => Err(format!(
+            "--{a} × --{b} = {elements} elements is more than the limit of {MAX_ELEMENTS} (2^22) per matrix"
+        )),
+        Err(e) => Err(e.to_string()),
     }
-    Ok(demo)
 }
 
 fn main() -> ExitCode {
-    let demo = match parse_args() {
+    let demo = match demo(&Args::parse()) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: {e}\nusage: demo [--rows N] [--k K] [--n N] [--seed S]");
+            eprintln!("demo: error: {e}");
             return ExitCode::from(2);
         }
     };
