@@ -4,8 +4,10 @@
 //! generated table is rendered from, which must equal the table in the document.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+#[path = "../../examples/tests/support/cli_conventions.rs"]
+mod cli_conventions;
+
+use cli_conventions::{prints_help_and_version, refused, run};
 
 use puma_bench::tables::{self, NetRun};
 
@@ -44,62 +46,10 @@ const PROGRAMS: [(&str, &str, &[&str]); 7] = [
     ),
 ];
 
-/// Far less than any run of these programs takes (`llama_cost` runs for minutes, the
-/// others load or build a model first), and far more than printing a usage text.
-const QUICK: Duration = Duration::from_secs(10);
-
-fn run(exe: &str, args: &[&str]) -> (Output, Duration) {
-    let t = Instant::now();
-    let out = Command::new(exe).args(args).output().unwrap();
-    (out, t.elapsed())
-}
-
 #[test]
 fn every_program_prints_help_and_version_without_running() {
     for (name, exe, flags) in PROGRAMS {
-        let (out, took) = run(exe, &["--help"]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{name} --help: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(took < QUICK, "{name} --help took {took:?}");
-        assert!(
-            stdout.contains(&format!("Usage: {name}")),
-            "{name} --help:\n{stdout}"
-        );
-        for flag in ["--help", "--version"].iter().chain(flags) {
-            assert!(
-                stdout.contains(flag),
-                "{name} --help names no {flag}:\n{stdout}"
-            );
-        }
-        let (out, took) = run(exe, &["--version"]);
-        assert!(out.status.success(), "{name} --version: {:?}", out.status);
-        assert!(took < QUICK, "{name} --version took {took:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            format!("{name} {}", env!("CARGO_PKG_VERSION"))
-        );
-    }
-}
-
-/// Runs `exe` with `args`, which it must refuse with a usage error (exit status 2, not an
-/// abort) whose message names every one of `needles` (the flag and its limit).
-fn refused(exe: &str, args: &[&str], needles: &[&str]) {
-    let (out, took) = run(exe, args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{exe} {args:?}: {:?}\n{stderr}",
-        out.status
-    );
-    assert!(took < QUICK, "{exe} {args:?} took {took:?}");
-    for n in needles {
-        assert!(stderr.contains(n), "{exe} {args:?}: no {n:?} in\n{stderr}");
+        prints_help_and_version(name, exe, flags);
     }
 }
 

@@ -3,8 +3,10 @@
 //! its limit (a usage error, not an abort on allocation).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+#[path = "support/cli_conventions.rs"]
+mod cli_conventions;
+
+use cli_conventions::{prints_help_and_version, refused, run};
 
 use puma_runner::linear::MAX_ELEMENTS;
 
@@ -38,44 +40,10 @@ const PROGRAMS: [(&str, &str, &[&str]); 6] = [
     ("keygen", env!("CARGO_BIN_EXE_keygen"), &["--out"]),
 ];
 
-/// Far less than any run takes, far more than printing a usage text.
-const QUICK: Duration = Duration::from_secs(10);
-
-fn run(exe: &str, args: &[&str]) -> (Output, Duration) {
-    let t = Instant::now();
-    let out = Command::new(exe).args(args).output().unwrap();
-    (out, t.elapsed())
-}
-
 #[test]
 fn every_program_prints_help_and_version_without_running() {
     for (name, exe, flags) in PROGRAMS {
-        let (out, took) = run(exe, &["--help"]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{name} --help: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(took < QUICK, "{name} --help took {took:?}");
-        assert!(
-            stdout.contains(&format!("Usage: {name}")),
-            "{name} --help:\n{stdout}"
-        );
-        for flag in ["--help", "--version"].iter().chain(flags) {
-            assert!(
-                stdout.contains(flag),
-                "{name} --help names no {flag}:\n{stdout}"
-            );
-        }
-        let (out, took) = run(exe, &["--version"]);
-        assert!(out.status.success(), "{name} --version: {:?}", out.status);
-        assert!(took < QUICK, "{name} --version took {took:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            format!("{name} {}", env!("CARGO_PKG_VERSION"))
-        );
+        prints_help_and_version(name, exe, flags);
     }
 }
 
@@ -84,23 +52,6 @@ fn demo_help_states_the_size_limit() {
     let (out, _) = run(env!("CARGO_BIN_EXE_demo"), &["--help"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains(&MAX_ELEMENTS.to_string()), "{stdout}");
-}
-
-/// Runs `exe` with `args`, which it must refuse with a usage error (exit status 2, not an
-/// abort) whose message names every one of `needles` (the flag and its limit).
-fn refused(exe: &str, args: &[&str], needles: &[&str]) {
-    let (out, took) = run(exe, args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{exe} {args:?}: {:?}\n{stderr}",
-        out.status
-    );
-    assert!(took < QUICK, "{exe} {args:?} took {took:?}");
-    for n in needles {
-        assert!(stderr.contains(n), "{exe} {args:?}: no {n:?} in\n{stderr}");
-    }
 }
 
 #[test]
