@@ -245,3 +245,63 @@ fn binary_rejects_bad_arguments_and_missing_models() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("outside the vocabulary"));
     assert!(out.stdout.is_empty());
 }
+
+/// GPT-2's reversible map of bytes to printable characters (to write a byte-level vocab).
+fn byte_char(b: u8) -> char {
+    let printable = |c: u8| (33..=126).contains(&c) || (161..=172).contains(&c) || c >= 174;
+    if printable(b) {
+        return char::from(b);
+    }
+    let n = (0..b).filter(|&c| !printable(c)).count() as u32;
+    char::from_u32(256 + n).unwrap()
+}
+
+/// `--model DIR` encodes the prompt with DIR's own `vocab.json` + `merges.txt` (a
+/// fine-tune's tokenizer, not GPT-2's), and falls back to the built-in GPT-2 tokenizer
+/// with a note when DIR has none.
+#[test]
+fn binary_uses_the_model_directorys_tokenizer() {
+    let dir = std::env::temp_dir().join(format!("puma-gpt2-own-tokenizer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(Path::new(TINY_MODEL_DIR).join(f), dir.join(f)).unwrap();
+    }
+    // The 256 byte tokens in byte order (GPT-2 starts with '!'), then "hi", " t", " to".
+    let mut vocab = serde_json::Map::new();
+    for b in 0..=255u8 {
+        vocab.insert(byte_char(b).to_string(), b.into());
+    }
+    for (i, t) in ["hi", "Ġt", "Ġto"].iter().enumerate() {
+        vocab.insert((*t).to_owned(), (256 + i).into());
+    }
+    std::fs::write(
+        dir.join("vocab.json"),
+        serde_json::to_string(&vocab).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("merges.txt"), "#version: 0.2\nh i\nĠ t\nĠt o\n").unwrap();
+    let run = |model: &Path, prompt: &str| {
+        let out = gpt2_bin()
+            .arg("--model")
+            .arg(model)
+            .args(["--prompt", prompt, "--max-new-tokens", "1", "--json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v, err)
+    };
+    // GPT-2's own tokenizer would give [5303, 284].
+    let (v, err) = run(&dir, "hi to");
+    assert_eq!(v["prompt_ids"], serde_json::json!([256, 258]));
+    assert!(!err.contains("built-in"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let (v, err) = run(Path::new(TINY_MODEL_DIR), "Hello world");
+    assert_eq!(v["prompt_ids"], serde_json::json!(P2));
+    assert!(
+        err.contains("has no tokenizer files") && err.contains("built-in GPT-2 tokenizer"),
+        "{err}"
+    );
+}

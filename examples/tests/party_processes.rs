@@ -10,13 +10,12 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use puma_layers::Tokenizer;
 use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::Outputs;
-use puma_layers::bpe::BpeTokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::nn::SecureSettings;
-use puma_layers::wordpiece::WordPieceTokenizer;
 use puma_runner::gpt2::{TINY_MODEL_DIR, load_model};
 use puma_runner::llama::{RunOptions, SMOLLM2_GGUF};
 use puma_runner::{bert, llama};
@@ -308,7 +307,7 @@ fn decoder_matches_in_process(
     prompt: &[u32],
     given: Prompt<'_>,
     n: usize,
-    tok: &BpeTokenizer,
+    tok: &Tokenizer,
     timeout: u64,
 ) -> Vec<u32> {
     let opts = RunOptions {
@@ -349,8 +348,7 @@ fn decoder_matches_in_process(
 
 #[test]
 fn three_processes_run_the_tiny_llama_like_the_in_process_run() {
-    let tok =
-        BpeTokenizer::from_file(&Path::new(llama::TINY_MODEL_DIR).join("tokenizer.json")).unwrap();
+    let tok = Tokenizer::from_dir(Path::new(llama::TINY_MODEL_DIR)).unwrap();
     let ids = decoder_matches_in_process(
         "llama-tiny",
         llama::TINY_MODEL_DIR,
@@ -374,11 +372,12 @@ fn three_processes_run_smollm2_like_the_in_process_run() {
         return;
     };
     let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
-    let tok = BpeTokenizer::from_gguf(&GgufFile::open(Path::new(&path)).unwrap()).unwrap();
+    let path_ref = Path::new(&path);
+    let tok = Tokenizer::from_gguf(&GgufFile::open(path_ref).unwrap(), path_ref).unwrap();
     // The client tokenizes the text itself. The prompt's ids and the first greedy ids are
     // those of models/smollm2-135m/reference.safetensors (prompt p1).
     let text = "The capital of France is";
-    let prompt = tok.encode(text);
+    let prompt = tok.encode(text).unwrap();
     assert_eq!(prompt, [504, 3575, 282, 4649, 314]);
     let ids = decoder_matches_in_process(
         "smollm2",
@@ -398,12 +397,12 @@ fn three_processes_run_smollm2_like_the_in_process_run() {
 /// run's, both within [`TO_PLAINTEXT`] of the plaintext model's.
 fn encoder_matches_in_process(name: &str, dir: &str, sentences: &[&str], timeout: u64) {
     let model = bert::load_model(Path::new(dir)).unwrap();
-    let tok = WordPieceTokenizer::from_dir(Path::new(dir)).unwrap();
+    let tok = Tokenizer::from_dir(Path::new(dir)).unwrap();
     // The client's batch: each sentence alone, token type 0, padded with 0.
     let seqs: Vec<(Vec<u32>, Vec<u32>)> = sentences
         .iter()
         .map(|s| {
-            let ids = tok.encode(s);
+            let ids = tok.encode(s).unwrap();
             let types = vec![0; ids.len()];
             (ids, types)
         })

@@ -805,8 +805,8 @@ fn a_timeout_fails_the_operation_and_aborts_it_at_the_peers() {
 fn generation_on_the_shakespeare_model_matches_the_plaintext_model() {
     use puma_layers::gpt2::plain::PlainGpt2;
     const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
-    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
-    let prompt = tokenizer.encode("ROMEO:");
+    let tokenizer = puma_layers::Tokenizer::from_dir(std::path::Path::new(MODEL)).unwrap();
+    let prompt = tokenizer.encode("ROMEO:").unwrap();
     let max_new = 4;
     let plain = PlainGpt2::load(std::path::Path::new(MODEL)).unwrap();
     let want = plain.generate_greedy(&prompt, max_new).unwrap();

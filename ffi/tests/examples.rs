@@ -258,8 +258,9 @@ fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
 /// The prompt of the text examples, and the plaintext Shakespeare model's greedy ids after
 /// it.
 fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
-    let tokenizer = puma_layers::Gpt2Tokenizer::new().unwrap();
-    let prompt = tokenizer.encode("ROMEO:");
+    let tokenizer =
+        puma_layers::Tokenizer::from_dir(&repo().join("models/gpt2-shakespeare")).unwrap();
+    let prompt = tokenizer.encode("ROMEO:").unwrap();
     // As the examples' docs say.
     assert_eq!(prompt, [33676, 4720, 25]);
     let plain =

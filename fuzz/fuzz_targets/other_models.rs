@@ -1,5 +1,5 @@
 //! The other model formats: BERT config + safetensors, LLaMA `config.json`, GGUF files (as
-//! LLaMA checkpoints) and BPE `tokenizer.json`; the first byte picks the format, and for
+//! LLaMA checkpoints) and `tokenizer.json` (read by the `tokenizers` crate); the first byte picks the format, and for
 //! config + weights a two-byte length splits the rest.
 //!
 //! Checked: no panic, no allocation the file does not back (-rss_limit_mb), and loaded
@@ -8,10 +8,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use puma_layers::bert::{BertConfig, BertWeights};
-use puma_layers::bpe::BpeTokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::llama::LlamaConfig;
 use puma_layers::llama::weights::load_gguf_file;
+use puma_layers::Tokenizer;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {
@@ -44,11 +44,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         _ => {
-            if let Ok(text) = std::str::from_utf8(rest) {
-                if let Ok(tok) = BpeTokenizer::from_json_str(text) {
-                    let ids = tok.encode("Hello, wörld 123");
-                    let _ = tok.decode(&ids);
-                }
+            let path = std::path::Path::new("tokenizer.json");
+            if let Ok(tok) = Tokenizer::from_json_bytes(rest, path) {
+                let ids = tok.encode("Hello, wörld 123").unwrap_or_default();
+                let _ = tok.decode(&ids);
             }
         }
     }

@@ -9,8 +9,9 @@
 //!   metering, and the one decoder path ([`nn::decoder`]) with its generation loop.
 //! - [`gpt2`], [`llama`]: decoder architectures (config, loader, plaintext model, and the
 //!   wiring into [`nn::decoder`]); [`bert`]: BERT / RoBERTa encoders on the same layers.
-//! - [`tokenizer`] (GPT-2's byte-level BPE), [`bpe`] (SmolLM2 / LLaMA BPE), [`wordpiece`]
-//!   (BERT), [`gguf`], and [`kernel`] (a threaded matrix kernel for large hosts).
+//! - [`tokenizer`] (a checkpoint's own tokenizer, read with Hugging Face's `tokenizers`
+//!   crate for every architecture), [`gguf`], and [`kernel`] (a threaded matrix kernel for
+//!   large hosts).
 //!
 //! ## Example: a secret linear layer among three simulated parties
 //! ```
@@ -37,7 +38,6 @@
 //! ```
 
 pub mod bert;
-pub mod bpe;
 pub mod gguf;
 pub mod gpt2;
 pub mod kernel;
@@ -45,8 +45,7 @@ pub mod llama;
 pub mod nn;
 mod safetensors_reader;
 pub mod tokenizer;
-pub mod wordpiece;
 
 pub use gpt2::config::{Activation, ConfigError, Gpt2Config, InputError};
 pub use gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};
-pub use tokenizer::{Gpt2Tokenizer, TokenizerError};
+pub use tokenizer::{Tokenizer, TokenizerError, TokenizerSource};

@@ -157,7 +157,7 @@ fn shakespeare_greedy_matches_reference() {
 #[test]
 fn shakespeare_greedy_decodes_to_reference_text() {
     let r = reference(SHAKESPEARE);
-    let tok = puma_layers::Gpt2Tokenizer::new().unwrap();
+    let tok = puma_layers::Tokenizer::from_dir(&model_dir(SHAKESPEARE)).unwrap();
     let new = model(SHAKESPEARE)
         .generate_greedy(&r.ids("p1.input_ids"), 20)
         .unwrap();

@@ -1,13 +1,13 @@
-//! The byte-level BPE tokenizer against the fixtures' stored ids (SmolLM2's tokenizer,
-//! `models/llama-tiny-random/tokenizer.json`; the same from the GGUF's metadata when the
-//! real model is present).
+//! The checkpoint tokenizer against the fixtures' stored ids for LLaMA-style byte-level BPE
+//! (SmolLM2's tokenizer, `models/llama-tiny-random/tokenizer.json`; the same from the GGUF's
+//! metadata when the real model is present).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod llama_common;
 
 use llama_common::{model_dir, smollm2_gguf};
-use puma_layers::bpe::{BpeError, BpeTokenizer};
 use puma_layers::gguf::GgufFile;
+use puma_layers::{Tokenizer, TokenizerError, TokenizerSource};
 
 const CASES: [(&str, &[u32]); 5] = [
     (
@@ -31,9 +31,9 @@ const CASES: [(&str, &[u32]); 5] = [
     ),
 ];
 
-fn check(tok: &BpeTokenizer) {
+fn check(tok: &Tokenizer) {
     for (text, ids) in CASES {
-        assert_eq!(tok.encode(text), ids, "{text:?}");
+        assert_eq!(tok.encode(text).unwrap(), ids, "{text:?}");
         assert_eq!(tok.decode(ids).unwrap(), text);
     }
     // The fixture's greedy continuation of "The capital of France is".
@@ -44,21 +44,24 @@ fn check(tok: &BpeTokenizer) {
     );
     assert!(matches!(
         tok.decode(&[49152]),
-        Err(BpeError::UnknownToken(49152))
+        Err(TokenizerError::UnknownToken(49152))
     ));
     // Whitespace runs and contractions split as GPT-2's pattern does; round trips.
     for text in ["a   b\n\n c's  ", "  x", "don't  stop!!", "tab\there"] {
-        assert_eq!(tok.decode(&tok.encode(text)).unwrap(), text);
+        assert_eq!(tok.decode(&tok.encode(text).unwrap()).unwrap(), text);
     }
 }
 
 #[test]
 fn smollm2_tokenizer_json_matches_the_fixture_ids() {
-    let tok =
-        BpeTokenizer::from_file(&model_dir("llama-tiny-random").join("tokenizer.json")).unwrap();
+    let dir = model_dir("llama-tiny-random");
+    let tok = Tokenizer::from_dir(&dir).unwrap();
+    assert_eq!(
+        tok.source(),
+        &TokenizerSource::TokenizerJson(dir.join("tokenizer.json"))
+    );
     assert_eq!(tok.vocab_size(), 49152);
     check(&tok);
-    assert!(BpeTokenizer::from_json_str("{\"model\": {}}").is_err());
 }
 
 #[test]
@@ -66,7 +69,8 @@ fn smollm2_tokenizer_from_gguf_metadata() {
     let Some(path) = smollm2_gguf("smollm2_tokenizer_from_gguf_metadata") else {
         return;
     };
-    let tok = BpeTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap(), &path).unwrap();
+    assert_eq!(tok.source(), &TokenizerSource::Gguf);
     assert_eq!(tok.vocab_size(), 49152);
     check(&tok);
 }

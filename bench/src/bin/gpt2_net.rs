@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use puma_bench::tables::NetRun;
 use puma_core::{Config, PartyId};
-use puma_layers::Gpt2Tokenizer;
+use puma_layers::Tokenizer;
 use puma_layers::nn::SecureSettings;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, check_prompt, load_model};
 use puma_runner::party::{DecoderJob, decoder_protocol};
@@ -58,14 +58,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tok = match Gpt2Tokenizer::new() {
+    let tok = match Tokenizer::from_dir(Path::new(DEFAULT_MODEL_DIR)) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("gpt2_net: {e}");
             return ExitCode::from(2);
         }
     };
-    let prompt: Arc<[u32]> = tok.encode(&args.prompt).into();
+    let prompt: Arc<[u32]> = match tok.encode(&args.prompt) {
+        Ok(ids) => ids.into(),
+        Err(e) => {
+            eprintln!("gpt2_net: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // At most 4096 (clap checked it).
     let max_new_tokens = usize::try_from(args.max_new_tokens).unwrap_or(1);
     if let Err(e) = check_prompt(&model.config, &prompt, max_new_tokens) {

@@ -28,7 +28,7 @@ use puma_core::proto::{ExpApprox, GeluFit};
 use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::Outputs;
 use puma_layers::nn::{GeluApprox, LayerCosts, SecureSettings};
-use puma_layers::wordpiece::WordPieceTokenizer;
+use puma_layers::{Tokenizer, TokenizerError};
 use puma_runner::bert::{
     BERT_BASE, BERT_LARGE, BertReport, BertShape, LoadedBert, MINILM_DIR, PlainComparison,
     compare_plain, cosines, load_model, run_secure, synthetic_ids, synthetic_model,
@@ -78,8 +78,8 @@ impl Synthetic {
 #[derive(Debug, Parser)]
 #[command(name = "bert", version)]
 struct Args {
-    /// A Hugging Face BERT / RoBERTa directory (config.json, model.safetensors, vocab.txt
-    /// or tokenizer.json); default: all-MiniLM-L6-v2 in target/models/minilm-l6
+    /// A Hugging Face BERT / RoBERTa directory (config.json, model.safetensors, and its
+    /// tokenizer: tokenizer.json, vocab.txt, or RoBERTa's vocab.json + merges.txt); default: all-MiniLM-L6-v2 in target/models/minilm-l6
     /// (`bash scripts/fetch-minilm.sh`).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["synthetic_base", "synthetic"])]
     model: Option<PathBuf>,
@@ -191,7 +191,7 @@ fn run(args: &Args) -> Result<(), String> {
                 .display()
                 .to_string();
             let (texts, seqs) = if args.ids.is_empty() {
-                let tok = WordPieceTokenizer::from_dir(&dir).map_err(|e| chain(&e))?;
+                let tok = Tokenizer::from_dir(&dir).map_err(|e| chain(&e))?;
                 let texts: Vec<String> = if args.sentences.is_empty() {
                     DEFAULT_SENTENCES.iter().map(|s| (*s).to_owned()).collect()
                 } else {
@@ -200,11 +200,12 @@ fn run(args: &Args) -> Result<(), String> {
                 let seqs = texts
                     .iter()
                     .map(|t| {
-                        let ids = tok.encode(t);
+                        let ids = tok.encode(t)?;
                         let types = vec![0; ids.len()];
-                        (ids, types)
+                        Ok((ids, types))
                     })
-                    .collect::<Vec<_>>();
+                    .collect::<Result<Vec<_>, TokenizerError>>()
+                    .map_err(|e| chain(&e))?;
                 (texts, seqs)
             } else {
                 let mut seqs = Vec::with_capacity(args.ids.len());

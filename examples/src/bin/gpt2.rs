@@ -12,7 +12,9 @@
 //!
 //! The default model is the `gpt2-shakespeare` checkpoint that ships in the repository's
 //! `models/` folder; `--model DIR` takes any Hugging Face GPT-2 directory with
-//! `config.json` and `model.safetensors`.
+//! `config.json` and `model.safetensors`. The prompt is encoded (and the output decoded)
+//! with the directory's own tokenizer (`tokenizer.json`, or `vocab.json` + `merges.txt`);
+//! a directory without one gets GPT-2's built-in tokenizer, with a note on stderr.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -23,8 +25,8 @@ use std::time::Instant;
 use clap::{CommandFactory, Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use puma_core::proto::{ExpApprox, GeluFit};
-use puma_layers::Gpt2Tokenizer;
 use puma_layers::nn::{GeluApprox, LayerKind, Observer, OutputMode, Progress, SecureSettings};
+use puma_layers::{Tokenizer, TokenizerSource};
 use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
@@ -118,7 +120,7 @@ impl Gelu {
 #[derive(Debug, Parser)]
 #[command(name = "gpt2", version)]
 struct Args {
-    /// The prompt text (GPT-2 byte-level BPE).
+    /// The prompt text (encoded by the model directory's tokenizer).
     #[arg(long, default_value = "ROMEO:", conflicts_with = "prompt_ids")]
     prompt: String,
     /// Token ids instead of text, comma-separated (e.g. 15496,995).
@@ -127,8 +129,8 @@ struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_new_tokens: u64,
-    /// A Hugging Face GPT-2 directory (config.json + model.safetensors); default: the
-    /// embedded models/gpt2-shakespeare.
+    /// A Hugging Face GPT-2 directory (config.json + model.safetensors, and its tokenizer
+    /// files); default: the embedded models/gpt2-shakespeare.
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
     /// What the client learns at each step.
@@ -188,7 +190,7 @@ fn main() -> ExitCode {
 }
 
 /// Decodes ids to text, falling back to `<id>` for ids the tokenizer does not know.
-fn decode(tok: &Gpt2Tokenizer, ids: &[u32]) -> String {
+fn decode(tok: &Tokenizer, ids: &[u32]) -> String {
     match tok.decode(ids) {
         Ok(t) => t,
         Err(_) => ids
@@ -199,11 +201,6 @@ fn decode(tok: &Gpt2Tokenizer, ids: &[u32]) -> String {
 }
 
 fn run(args: &Args) -> Result<ExitCode, String> {
-    let tok = Gpt2Tokenizer::new().map_err(|e| chain(&e))?;
-    let (prompt_text, prompt_ids) = match &args.prompt_ids {
-        Some(ids) => (None, ids.clone()),
-        None => (Some(args.prompt.clone()), tok.encode(&args.prompt)),
-    };
     let dir = args
         .model
         .clone()
@@ -234,6 +231,21 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let t_load = Instant::now();
     let model = load_model(&dir).map_err(|e| chain(&e))?;
     let load_secs = t_load.elapsed().as_secs_f64();
+    let tok = Tokenizer::from_gpt2_dir(&dir).map_err(|e| chain(&e))?;
+    if tok.source() == &TokenizerSource::BuiltinGpt2 {
+        // Not silent: a fine-tune saved without its tokenizer files may need other ids.
+        eprintln!(
+            "note: {} has no tokenizer files; using the built-in GPT-2 tokenizer (r50k_base)",
+            dir.display()
+        );
+    }
+    let (prompt_text, prompt_ids) = match &args.prompt_ids {
+        Some(ids) => (None, ids.clone()),
+        None => (
+            Some(args.prompt.clone()),
+            tok.encode(&args.prompt).map_err(|e| chain(&e))?,
+        ),
+    };
     let cfg = model.config.clone();
     check_prompt(&cfg, &prompt_ids, max_new).map_err(|e| format!("bad prompt: {e}"))?;
     let model_name = dir
@@ -247,6 +259,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             "model: {model_name} ({} layers, width {}, {} heads, vocabulary {}), loaded in {load_secs:.2} s",
             cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size
         );
+        println!("tokenizer: {}", tok.source());
         match &prompt_text {
             Some(t) => println!("prompt: {t:?} = ids {prompt_ids:?}"),
             None => println!(
@@ -321,7 +334,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 
 fn to_json(
     r: &Gpt2Report,
-    tok: &Gpt2Tokenizer,
+    tok: &Tokenizer,
     model: &str,
     prompt_text: Option<&str>,
     mode: Mode,
@@ -422,7 +435,7 @@ fn mb(bytes: u64) -> String {
     format!("{:.3} MB", bytes as f64 / 1e6)
 }
 
-fn print_summary(r: &Gpt2Report, tok: &Gpt2Tokenizer, prompt_text: Option<&str>) {
+fn print_summary(r: &Gpt2Report, tok: &Tokenizer, prompt_text: Option<&str>) {
     let prompt = prompt_text.map_or_else(|| decode(tok, &r.prompt_ids), str::to_owned);
     let generated = decode(tok, &r.secure_ids);
     println!();

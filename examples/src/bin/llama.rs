@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use puma_layers::bpe::BpeTokenizer;
+use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::nn::OutputMode;
 use puma_layers::nn::{SecureSettings, SiluApprox};
@@ -104,13 +104,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// The model's tokenizer: from the GGUF metadata, or `tokenizer.json` in the directory.
-fn tokenizer(path: &Path) -> Result<BpeTokenizer, String> {
+/// The model's tokenizer: from the GGUF metadata, or the directory's tokenizer files.
+fn tokenizer(path: &Path) -> Result<Tokenizer, String> {
     if path.extension().is_some_and(|e| e == "gguf") {
         let file = GgufFile::open(path).map_err(|e| chain(&e))?;
-        BpeTokenizer::from_gguf(&file).map_err(|e| chain(&e))
+        Tokenizer::from_gguf(&file, path).map_err(|e| chain(&e))
     } else {
-        BpeTokenizer::from_file(&path.join("tokenizer.json")).map_err(|e| chain(&e))
+        Tokenizer::from_dir(path).map_err(|e| chain(&e))
     }
 }
 
@@ -135,7 +135,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let prompt_ids = match (&args.prompt_ids, &prompt_text) {
         (Some(ids), _) => ids.clone(),
-        (None, Some(t)) => tok.encode(t),
+        (None, Some(t)) => tok.encode(t).map_err(|e| chain(&e))?,
         (None, None) => Vec::new(),
     };
     let max_new =
@@ -185,11 +185,11 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn text(tok: &BpeTokenizer, ids: &[u32]) -> String {
+fn text(tok: &Tokenizer, ids: &[u32]) -> String {
     tok.decode(ids).unwrap_or_else(|e| e.to_string())
 }
 
-fn to_json(r: &LlamaReport, tok: &BpeTokenizer) -> serde_json::Value {
+fn to_json(r: &LlamaReport, tok: &Tokenizer) -> serde_json::Value {
     let p = r.prompts.first();
     let plain = p.and_then(|p| p.plaintext.as_ref());
     json!({
@@ -216,7 +216,7 @@ fn to_json(r: &LlamaReport, tok: &BpeTokenizer) -> serde_json::Value {
     })
 }
 
-fn print_summary(r: &LlamaReport, tok: &BpeTokenizer) {
+fn print_summary(r: &LlamaReport, tok: &Tokenizer) {
     for p in &r.prompts {
         println!("secure ids: {:?}", p.secure_ids);
         println!("secure text: {:?}", text(tok, &p.secure_ids));

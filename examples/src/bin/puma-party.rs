@@ -24,11 +24,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use puma_core::{Config, PartyId, Session};
 use puma_layers::bert::{BertBatch, BertConfig};
-use puma_layers::bpe::BpeTokenizer;
 use puma_layers::llama::LlamaConfig;
 use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_check};
-use puma_layers::wordpiece::WordPieceTokenizer;
-use puma_layers::{Gpt2Config, Gpt2Tokenizer};
+use puma_layers::{Gpt2Config, Tokenizer, TokenizerSource};
 use puma_runner::decoder::check_prompt;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_runner::party::{
@@ -327,7 +325,7 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
                 let list: Vec<String> = ids.iter().map(u32::to_string).collect();
                 let _ = writeln!(out, "ids: {}", list.join(","));
                 if let Some(tok) = tok {
-                    let _ = writeln!(out, "text: {:?}", tok.decode(&ids));
+                    let _ = writeln!(out, "text: {:?}", decode(tok, &ids));
                 }
             }
             (Output::Embeddings(e, d), _) => {
@@ -356,19 +354,9 @@ enum PartyModel {
     Bert(EncoderJob, usize),
 }
 
-/// The client's tokenizer, to decode the generated ids.
-enum Tokenizer {
-    Gpt2(Gpt2Tokenizer),
-    Bpe(Box<BpeTokenizer>),
-}
-
-impl Tokenizer {
-    fn decode(&self, ids: &[u32]) -> String {
-        match self {
-            Tokenizer::Gpt2(t) => t.decode(ids).unwrap_or_else(|_| format!("{ids:?}")),
-            Tokenizer::Bpe(t) => t.decode(ids).unwrap_or_else(|_| format!("{ids:?}")),
-        }
-    }
+/// The generated ids as text, or as a list when the tokenizer cannot decode them.
+fn decode(tok: &Tokenizer, ids: &[u32]) -> String {
+    tok.decode(ids).unwrap_or_else(|_| format!("{ids:?}"))
 }
 
 /// How long a party that failed waits for its peers to close their connections.
@@ -468,13 +456,26 @@ fn load_gpt2_party(
         )
     };
     let tok = if me == CLIENT {
-        Some(Gpt2Tokenizer::new().map_err(model_err)?)
+        // Random weights of a published shape use GPT-2's vocabulary: the built-in one.
+        let tok = if args.random_shape.is_some() {
+            Tokenizer::gpt2()
+        } else {
+            Tokenizer::from_gpt2_dir(dir)
+        };
+        let tok = tok.map_err(model_err)?;
+        if args.random_shape.is_none() && tok.source() == &TokenizerSource::BuiltinGpt2 {
+            eprintln!(
+                "{me}: {} has no tokenizer files; using the built-in GPT-2 tokenizer (r50k_base)",
+                dir.display()
+            );
+        }
+        Some(tok)
     } else {
         None
     };
     let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
     let job = decoder_job(args, config, weights, encode)?;
-    Ok((PartyModel::Gpt2(job), tok.map(Tokenizer::Gpt2)))
+    Ok((PartyModel::Gpt2(job), tok))
 }
 
 /// LLaMA: a Hugging Face directory or a GGUF file.
@@ -500,18 +501,13 @@ fn load_llama_party(
         (false, _) => None,
         (true, true) => {
             let f = puma_layers::gguf::GgufFile::open(path).map_err(model_err)?;
-            Some(BpeTokenizer::from_gguf(&f).map_err(model_err)?)
+            Some(Tokenizer::from_gguf(&f, path).map_err(model_err)?)
         }
-        (true, false) => {
-            Some(BpeTokenizer::from_file(&path.join("tokenizer.json")).map_err(model_err)?)
-        }
+        (true, false) => Some(Tokenizer::from_dir(path).map_err(model_err)?),
     };
     let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
     let job = decoder_job(args, config, weights, encode)?;
-    Ok((
-        PartyModel::Llama(job),
-        tok.map(|t| Tokenizer::Bpe(Box::new(t))),
-    ))
+    Ok((PartyModel::Llama(job), tok))
 }
 
 /// A decoder's job: at the client (`encode` is its tokenizer), the prompt ids from
@@ -520,7 +516,7 @@ fn decoder_job<A: DecoderArch>(
     args: &Args,
     config: A,
     weights: Option<Arc<A::Weights>>,
-    encode: Option<impl Fn(&str) -> Vec<u32>>,
+    encode: Option<impl Fn(&str) -> Result<Vec<u32>, puma_layers::TokenizerError>>,
 ) -> Result<DecoderJob<A>, PartyError> {
     let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
     if let Some(w) = &weights {
@@ -535,7 +531,7 @@ fn decoder_job<A: DecoderArch>(
         Some(encode) => {
             let ids = match &args.prompt_ids {
                 Some(ids) => ids.clone(),
-                None => encode(&args.prompt.join(" ")),
+                None => encode(&args.prompt.join(" ")).map_err(model_err)?,
             };
             check_prompt(&config, &ids, max_new)
                 .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
@@ -579,15 +575,15 @@ fn load_bert_party(
                         i + 1
                     )));
                 }
-                let tok = WordPieceTokenizer::from_dir(dir).map_err(model_err)?;
+                let tok = Tokenizer::from_dir(dir).map_err(model_err)?;
                 args.prompt
                     .iter()
                     .map(|t| {
-                        let ids = tok.encode(t);
+                        let ids = tok.encode(t).map_err(model_err)?;
                         let types = vec![0; ids.len()];
-                        (ids, types)
+                        Ok((ids, types))
                     })
-                    .collect()
+                    .collect::<Result<_, PartyError>>()?
             }
         };
         let batch = BertBatch::padded(&seqs, 0).map_err(model_err)?;
