@@ -1149,7 +1149,9 @@ fn a_frame_from_two_failed_generations_ago_is_dropped() {
         // Generation 3 is intact: its setup frame goes out, and it waits (no abort).
         let (sent, ev, st) = poll_until_idle(&mut p, 0);
         assert_eq!(
-            sent.iter().map(|(to, f)| (*to, f.len())).collect::<Vec<_>>(),
+            sent.iter()
+                .map(|(to, f)| (*to, f.len()))
+                .collect::<Vec<_>>(),
             vec![(2, 64)]
         );
         assert_eq!((ev.kind, st), (PUMA_EVENT_PENDING, PUMA_OK));
@@ -1175,13 +1177,23 @@ fn a_timeout_after_the_session_ended_is_the_wrong_state() {
         for i in [1usize, 2] {
             let (sent, ..) = poll_until_idle(&mut p, i);
             for (to, f) in sent {
-                ok(puma_session_handle_frame(p.s[to], i as u32, f.as_ptr(), f.len()));
+                ok(puma_session_handle_frame(
+                    p.s[to],
+                    i as u32,
+                    f.as_ptr(),
+                    f.len(),
+                ));
             }
         }
         // P0's protocol has ended: its last two frames wait to be polled, then CLOSED.
         for _ in 0..2 {
             let mut ev = empty_event();
-            ok(puma_session_poll(p.s[0], p.buf.as_mut_ptr(), p.buf.len(), &mut ev));
+            ok(puma_session_poll(
+                p.s[0],
+                p.buf.as_mut_ptr(),
+                p.buf.len(),
+                &mut ev,
+            ));
             assert_eq!(ev.kind, PUMA_EVENT_TRANSMIT);
         }
         assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
@@ -1189,4 +1201,48 @@ fn a_timeout_after_the_session_ended_is_the_wrong_state() {
         let (_, ev, st) = poll_until_idle(&mut p, 0);
         assert_eq!((ev.kind, st), (PUMA_EVENT_CLOSED, PUMA_OK));
     }
+}
+
+/// A config whose sizes exceed the model size limits, passed at a party that does not own
+/// the weights (it reads the config only), is an error naming the field when the sharing
+/// starts: nothing is allocated for it (it used to abort the host process on its first
+/// poll, sizing 16 bytes per parameter).
+#[test]
+fn a_huge_config_at_a_non_owner_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("puma-ffi-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let configs = [
+        (
+            "gpt2",
+            r#"{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                "n_positions": 128, "vocab_size": 1000000000000}"#,
+        ),
+        (
+            "llama",
+            r#"{"model_type": "llama", "vocab_size": 1000000000000, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+        ),
+        (
+            "bert",
+            r#"{"model_type": "bert", "vocab_size": 1000000000000, "hidden_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}"#,
+        ),
+    ];
+    let p = Parties::new(43);
+    for (name, text) in configs {
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+        for i in [0usize, 2] {
+            // SAFETY: live session, NUL-terminated path.
+            let st = unsafe { puma_session_start_model_share(p.s[i], 1, path.as_ptr()) };
+            assert_eq!(st, PUMA_ERR_IO, "{name} at P{i}");
+            let e = last_error();
+            assert!(
+                e.contains("vocab_size") && e.contains("exceeds the limit of 262144"),
+                "{name}: {e}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

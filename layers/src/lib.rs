@@ -11,6 +11,8 @@
 //!   wiring into [`nn::decoder`]); [`bert`]: BERT / RoBERTa encoders on the same layers.
 //! - [`tokenizer`] (GPT-2's byte-level BPE), [`bpe`] (SmolLM2 / LLaMA BPE), [`wordpiece`]
 //!   (BERT), [`gguf`], and [`kernel`] (a threaded matrix kernel for large hosts).
+//! - [`limits`]: the one bound on model size that every configuration is checked against
+//!   before any party allocates for it.
 //!
 //! ## Example: a secret linear layer among three simulated parties
 //! ```
@@ -41,6 +43,7 @@ pub mod bpe;
 pub mod gguf;
 pub mod gpt2;
 pub mod kernel;
+pub mod limits;
 pub mod llama;
 pub mod nn;
 mod safetensors_reader;
