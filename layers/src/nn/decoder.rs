@@ -156,8 +156,9 @@ impl DecoderSpec {
     /// (so that nothing is allocated for an oversized spec).
     ///
     /// # Errors
-    /// A [`LimitError`] naming the spec's field (`vocab`, `d`, `inner`, `layers`,
-    /// `max_positions`, `heads.q`, `heads.dim`, `heads.q · heads.dim`) or `parameters`.
+    /// A [`LimitError`] naming the spec's field (`layers`, `vocab`, `d`, `inner`,
+    /// `max_positions`, `heads.q`, `heads.kv`, `heads.dim`, `heads.q · heads.dim`,
+    /// `heads.kv · heads.dim`) or `parameters`.
     pub fn check_limits(&self) -> Result<(), LimitError> {
         let h = self.heads;
         limits::check(&[
