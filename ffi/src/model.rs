@@ -246,9 +246,15 @@ async fn share(ctx: &mut Ctx, owner: PartyId, loaded: Loaded) -> Result<SharedMo
 ///
 /// Ownership: `path` is only read during the call (the files are loaded at once).
 ///
-/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed, or `config.json` names no
-/// `model_type`; `PUMA_ERR_INVALID_ARGUMENT` for a bad owner or an unsupported
-/// architecture; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
+/// Every party checks the configuration, sizes included, before anything is allocated:
+/// a model beyond the size limits of `puma_layers::limits` (e.g. more than 262,144 tokens
+/// of vocabulary, or more than 2^34 parameters) is refused at every party.
+///
+/// Errors: `PUMA_ERR_IO` if a file cannot be read or parsed, describes an invalid model
+/// or one beyond the size limits (the message names the field and the limit), or
+/// `config.json` names no `model_type`; `PUMA_ERR_INVALID_ARGUMENT` for a bad owner or an
+/// unsupported architecture; `PUMA_ERR_WRONG_STATE` if an operation runs or a result
+/// waits.
 ///
 /// # Safety
 /// `session` must be a live session used by no other thread; `path` a NUL-terminated

@@ -91,10 +91,8 @@ pub unsafe extern "C" fn puma_session_start_share(
         }
         let mine = match (s.me() == owner, values.is_null()) {
             (true, true) => {
-                return Err(FfiError::new(
-                    puma_status::PUMA_ERR_NULL_POINTER,
-                    "the owner must pass its values",
-                ));
+                // A documented argument error, not a bad pointer: non-owners pass NULL.
+                return Err(FfiError::invalid("the owner must pass its values"));
             }
             (true, false) => {
                 // SAFETY: readable for `len` doubles by the caller's contract.

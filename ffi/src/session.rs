@@ -334,11 +334,7 @@ impl puma_session {
             ));
         }
         let id = |n: u64| (n > 0).then(|| generation_id(self.base_id, n));
-        let (current, next, previous) = (
-            id(self.generation),
-            id(self.generation + 1),
-            id(self.generation - 1),
-        );
+        let (current, next) = (id(self.generation), id(self.generation + 1));
         let header = wire::decode_header(bytes, from);
         let sid = header.as_ref().ok().map(|h| h.session_id);
         if sid.is_some() && sid == next {
@@ -353,8 +349,10 @@ impl puma_session {
             self.early.push((from, bytes.to_vec()));
             return Ok(());
         }
-        // Late frames (a peer's last END, its abort) of a generation that is over here.
-        if sid.is_some() && (sid == previous || (self.core_over && sid == current)) {
+        // Late frames (a peer's last END, its abort, data it sent before it learned of the
+        // failure) of a generation that is over here, however many generations ago.
+        let earlier = |s: u64| (1..self.generation).any(|n| generation_id(self.base_id, n) == s);
+        if sid.is_some_and(earlier) || (self.core_over && sid == current) {
             return Ok(());
         }
         if self.core_over {
@@ -387,7 +385,14 @@ impl puma_session {
         }
         let r = self.core.handle_input(Input::Timeout);
         self.core_over = true;
-        Ok(r?)
+        match r {
+            // The core session ended in a poll the host has not seen yet (it closed, or
+            // failed): there is no wait left to time out; the next poll reports the end.
+            Err(e) if e.kind() == ErrorKind::Misuse => {
+                Err(FfiError::wrong_state("no operation is running"))
+            }
+            r => Ok(r?),
+        }
     }
 
     fn poll(&mut self, buf: *mut u8, buf_len: usize) -> (Result<(), FfiError>, puma_event) {
@@ -673,7 +678,8 @@ pub unsafe extern "C" fn puma_session_handle_frame(
 /// `PUMA_EVENT_DONE` with `PUMA_ERR_TIMEOUT`.
 ///
 /// Errors: `PUMA_ERR_TIMEOUT` (the expected result); `PUMA_ERR_WRONG_STATE` if no
-/// operation is running (or closing); handle errors.
+/// operation is running (or closing), also when the session's protocol has just ended
+/// and the next poll reports it; handle errors.
 ///
 /// # Safety
 /// `session` must be a live session used by no other thread.

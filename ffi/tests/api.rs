@@ -561,10 +561,13 @@ fn misuse_returns_the_documented_status() {
             puma_session_start_share(s0, 1, v.as_ptr(), 2, 1, 2),
             PUMA_ERR_INVALID_ARGUMENT
         );
+        // No values at the owner is an argument error (the header says so), not a null
+        // pointer: NULL is what the other parties pass.
         assert_eq!(
             puma_session_start_share(s0, 0, ptr::null(), 2, 1, 2),
-            PUMA_ERR_NULL_POINTER
+            PUMA_ERR_INVALID_ARGUMENT
         );
+        assert!(last_error().contains("owner must pass"), "{}", last_error());
         let mut u = ptr::null_mut();
         assert_eq!(
             puma_tensor_from_public(s0, v.as_ptr(), 1, 0, 1, &mut u),
@@ -1092,4 +1095,154 @@ fn bert_encoding_through_the_c_api_matches_the_plaintext_model() {
         // SAFETY: each model freed once.
         ok(unsafe { puma_model_free(m) });
     }
+}
+
+/// Polls party `i` until it waits or ends; returns the frames it sends (destination,
+/// bytes) and its last event and status.
+fn poll_until_idle(p: &mut Parties, i: usize) -> (Vec<(usize, Vec<u8>)>, puma_event, puma_status) {
+    let mut out = Vec::new();
+    loop {
+        let mut ev = empty_event();
+        // SAFETY: live session, buffer of buf.len() bytes, valid event.
+        let st = unsafe { puma_session_poll(p.s[i], p.buf.as_mut_ptr(), p.buf.len(), &mut ev) };
+        match ev.kind {
+            PUMA_EVENT_TRANSMIT => {
+                ok(st);
+                out.push((ev.peer as usize, p.buf[..ev.frame_len].to_vec()));
+            }
+            PUMA_EVENT_YIELDED => ok(st),
+            _ => return (out, ev, st),
+        }
+    }
+}
+
+/// A frame of a generation that failed here two restarts ago (a peer's setup frame that
+/// was still on the wire) is late: it is dropped, and the current generation goes on.
+#[test]
+fn a_frame_from_two_failed_generations_ago_is_dropped() {
+    let mut p = Parties::new(41);
+    let v = [2.0];
+    // SAFETY (all calls below): live sessions; null values at non-owners.
+    unsafe {
+        for i in 0..3 {
+            let vp = if i == 1 { v.as_ptr() } else { ptr::null() };
+            ok(puma_session_start_share(p.s[i], 1, vp, 1, 1, 1));
+        }
+        // P1's setup frame of generation 1, for P0, stays on the wire.
+        let (sent, ..) = poll_until_idle(&mut p, 1);
+        let (_, late) = sent.into_iter().find(|(to, _)| *to == 0).unwrap();
+        // P0 fails twice (two timeouts), so it runs generation 3.
+        for round in 0..2 {
+            if round > 0 {
+                ok(puma_session_start_share(p.s[0], 1, ptr::null(), 1, 1, 1));
+            }
+            assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_TIMEOUT);
+            let (_, ev, st) = poll_until_idle(&mut p, 0);
+            assert_eq!((ev.kind, st), (PUMA_EVENT_DONE, PUMA_ERR_TIMEOUT));
+        }
+        assert_eq!(
+            puma_session_handle_frame(p.s[0], 1, late.as_ptr(), late.len()),
+            PUMA_OK,
+            "{}",
+            last_error()
+        );
+        // Generation 3 is intact: its setup frame goes out, and it waits (no abort).
+        let (sent, ev, st) = poll_until_idle(&mut p, 0);
+        assert_eq!(
+            sent.iter()
+                .map(|(to, f)| (*to, f.len()))
+                .collect::<Vec<_>>(),
+            vec![(2, 64)]
+        );
+        assert_eq!((ev.kind, st), (PUMA_EVENT_PENDING, PUMA_OK));
+    }
+}
+
+/// A host timer that expires after the closing protocol has ended (before the host polled
+/// `PUMA_EVENT_CLOSED`) finds no wait to time out: `PUMA_ERR_WRONG_STATE`, as the header
+/// says, and the session still closes cleanly.
+#[test]
+fn a_timeout_after_the_session_ended_is_the_wrong_state() {
+    let mut p = Parties::new(42);
+    let r = p.share(1, &[1.5], 1, 1);
+    free(r);
+    // SAFETY (all calls below): live sessions, frames as polled.
+    unsafe {
+        for s in p.s {
+            ok(puma_session_close(s));
+        }
+        let (_, ev, _) = poll_until_idle(&mut p, 0);
+        assert_eq!(ev.kind, PUMA_EVENT_PENDING);
+        // P1's and P2's last frames reach everyone.
+        for i in [1usize, 2] {
+            let (sent, ..) = poll_until_idle(&mut p, i);
+            for (to, f) in sent {
+                ok(puma_session_handle_frame(
+                    p.s[to],
+                    i as u32,
+                    f.as_ptr(),
+                    f.len(),
+                ));
+            }
+        }
+        // P0's protocol has ended: its last two frames wait to be polled, then CLOSED.
+        for _ in 0..2 {
+            let mut ev = empty_event();
+            ok(puma_session_poll(
+                p.s[0],
+                p.buf.as_mut_ptr(),
+                p.buf.len(),
+                &mut ev,
+            ));
+            assert_eq!(ev.kind, PUMA_EVENT_TRANSMIT);
+        }
+        assert_eq!(puma_session_handle_timeout(p.s[0]), PUMA_ERR_WRONG_STATE);
+        assert!(last_error().contains("no operation"), "{}", last_error());
+        let (_, ev, st) = poll_until_idle(&mut p, 0);
+        assert_eq!((ev.kind, st), (PUMA_EVENT_CLOSED, PUMA_OK));
+    }
+}
+
+/// A config whose sizes exceed the model size limits, passed at a party that does not own
+/// the weights (it reads the config only), is an error naming the field when the sharing
+/// starts: nothing is allocated for it (it used to abort the host process on its first
+/// poll, sizing 16 bytes per parameter).
+#[test]
+fn a_huge_config_at_a_non_owner_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("puma-ffi-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let configs = [
+        (
+            "gpt2",
+            r#"{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+                "n_positions": 128, "vocab_size": 1000000000000}"#,
+        ),
+        (
+            "llama",
+            r#"{"model_type": "llama", "vocab_size": 1000000000000, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+        ),
+        (
+            "bert",
+            r#"{"model_type": "bert", "vocab_size": 1000000000000, "hidden_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}"#,
+        ),
+    ];
+    let p = Parties::new(43);
+    for (name, text) in configs {
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, text).unwrap();
+        let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+        for i in [0usize, 2] {
+            // SAFETY: live session, NUL-terminated path.
+            let st = unsafe { puma_session_start_model_share(p.s[i], 1, path.as_ptr()) };
+            assert_eq!(st, PUMA_ERR_IO, "{name} at P{i}");
+            let e = last_error();
+            assert!(
+                e.contains("vocab_size") && e.contains("exceeds the limit of 262144"),
+                "{name}: {e}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

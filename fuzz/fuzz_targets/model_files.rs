@@ -2,12 +2,15 @@
 //! file, both from the input (a two-byte length splits them).
 //!
 //! Checked: no panic and no allocation the file does not back (libFuzzer's -rss_limit_mb
-//! catches one); weights that load match the configuration's shapes.
+//! catches one); a configuration that parses is within the model size limits, as the
+//! parties without the weights size their shares from it alone (`check_decoder`); weights
+//! that load match the configuration's shapes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use puma_layers::gpt2::weights::Gpt2Weights;
+use puma_fuzz::check_decoder;
 use puma_layers::gpt2::config::Gpt2Config;
+use puma_layers::gpt2::weights::Gpt2Weights;
 
 fuzz_target!(|data: &[u8]| {
     let Some((n, rest)) = data.split_first_chunk::<2>() else {
@@ -21,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Gpt2Config::from_json_str(text) else {
         return;
     };
+    check_decoder(&config);
     if let Ok(w) = Gpt2Weights::from_safetensors_bytes(weights, &config) {
         w.check_shapes(&config).unwrap();
     }

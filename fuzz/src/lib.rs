@@ -1,6 +1,7 @@
 //! Shared pieces of the fuzz targets: the protocol the `session` target attacks, an honest
-//! three-party run that records every frame one party receives, and the parser that tells
-//! a frame's structural bytes (headers) from its payload bytes.
+//! three-party run that records every frame one party receives, the parser that tells
+//! a frame's structural bytes (headers) from its payload bytes, and the checks of what a
+//! party without the weights derives from an accepted configuration.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::VecDeque;
@@ -8,6 +9,9 @@ use std::sync::OnceLock;
 
 use puma_core::wire::{CHUNK_HEADER_LEN, FRAME_HEADER_LEN};
 use puma_core::{Config, Ctx, Error, FixedPoint, Input, Output, PartyId, Session, Width, proto};
+use puma_layers::bert::BertConfig;
+use puma_layers::limits::{self, MAX_PARAMETERS};
+use puma_layers::nn::{DecoderArch, TensorPlan};
 
 /// Session id of every fuzzed run.
 pub const SESSION_ID: u64 = 0x9e37_79b9;
@@ -151,4 +155,50 @@ pub fn is_payload(frame: &[u8], pos: usize) -> bool {
         at = end;
     }
     false
+}
+
+/// What a party without the weights does with an accepted decoder configuration before
+/// the owner sends anything: its spec is valid and within the model size limits, and the
+/// plan of the tensors it will hold adds up to at most [`MAX_PARAMETERS`] (built here
+/// as the sharing builds it; the shares themselves are not allocated, a model within the
+/// limits may exceed the fuzzer's memory).
+pub fn check_decoder<A: DecoderArch>(config: &A) {
+    let spec = config.spec().expect("an accepted config has a valid spec");
+    spec.validate().unwrap();
+    spec.check_limits().unwrap();
+    let mut plan = TensorPlan::new();
+    for (t, n) in spec.tensors().unwrap() {
+        plan.push(t.name(), n);
+    }
+    let total = plan.total().unwrap();
+    assert!(total as u64 <= MAX_PARAMETERS);
+    assert_eq!(Some(total), spec.parameters().ok());
+}
+
+/// [`check_decoder`] for an encoder: every size of an accepted BERT configuration is
+/// within its limit (the parameter count is checked by `validate`, and again by the
+/// sharing with the owner's announced heads).
+pub fn check_bert(config: &BertConfig) {
+    limits::check(&[
+        (
+            "num_hidden_layers",
+            config.num_hidden_layers,
+            limits::MAX_LAYERS,
+        ),
+        ("vocab_size", config.vocab_size, limits::MAX_VOCAB),
+        ("type_vocab_size", config.type_vocab_size, limits::MAX_VOCAB),
+        ("hidden_size", config.hidden_size, limits::MAX_WIDTH),
+        (
+            "intermediate_size",
+            config.intermediate_size,
+            limits::MAX_WIDTH,
+        ),
+        (
+            "max_position_embeddings",
+            config.max_position_embeddings,
+            limits::MAX_POSITIONS,
+        ),
+    ])
+    .unwrap();
+    config.validate().unwrap();
 }

@@ -12,6 +12,8 @@
 //! - [`tokenizer`] (a checkpoint's own tokenizer, read with Hugging Face's `tokenizers`
 //!   crate for every architecture), [`gguf`], and [`kernel`] (a threaded matrix kernel for
 //!   large hosts).
+//! - [`limits`]: the one bound on model size that every configuration is checked against
+//!   before any party allocates for it.
 //!
 //! ## Example: a secret linear layer among three simulated parties
 //! ```
@@ -41,6 +43,7 @@ pub mod bert;
 pub mod gguf;
 pub mod gpt2;
 pub mod kernel;
+pub mod limits;
 pub mod llama;
 pub mod nn;
 mod safetensors_reader;

@@ -538,7 +538,7 @@ fn config_errors_are_typed() {
             r#""vocab_size": 11"#,
             r#""vocab_size": 18446744073709551615"#
         ),
-        Err(ConfigError::TooLarge(_))
+        Err(ConfigError::Limit(e)) if e.field == "vocab_size"
     ));
     assert!(matches!(
         with(r#""model_type": "gpt2""#, r#""model_type": "llama""#),

@@ -306,7 +306,7 @@ fn hostile_configs_are_typed_errors() {
             "json" => matches!(e, ConfigError::Json(_)),
             "zero" => matches!(e, ConfigError::ZeroSize(_)),
             "heads" => matches!(e, ConfigError::HeadsDoNotDivide { .. }),
-            "large" => matches!(e, ConfigError::TooLarge(_)),
+            "large" => matches!(e, ConfigError::Limit(_)),
             "eps" => matches!(e, ConfigError::BadEpsilon(_)),
             "activation" => matches!(e, ConfigError::UnsupportedActivation(_)),
             "type" => matches!(e, ConfigError::UnsupportedModelType(_)),

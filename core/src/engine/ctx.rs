@@ -472,7 +472,25 @@ pub(crate) struct PairStream {
 
 impl PairStream {
     /// The next `n` words.
-    pub(crate) fn take(&mut self, n: usize) -> Vec<u64> {
-        (0..n).map(|_| self.rng.next_u64()).collect()
+    ///
+    /// # Errors
+    /// As [`try_words`].
+    pub(crate) fn take(&mut self, n: usize) -> Result<Vec<u64>, Error> {
+        let mut v = try_words(n)?;
+        v.extend((0..n).map(|_| self.rng.next_u64()));
+        Ok(v)
     }
+}
+
+/// An empty vector with room for `n` words, reserved fallibly: sizes that come from a
+/// model's public shape may exceed this machine's memory, which must be an error, not an
+/// abort.
+///
+/// # Errors
+/// `Misuse` if the memory cannot be reserved.
+pub(crate) fn try_words(n: usize) -> Result<Vec<u64>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::misuse("not enough memory for the shares"))?;
+    Ok(v)
 }

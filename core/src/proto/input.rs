@@ -1,6 +1,7 @@
 use alloc::vec::Vec;
 
 use crate::engine::Ctx;
+use crate::engine::ctx::try_words;
 use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
@@ -82,7 +83,7 @@ pub async fn share_input_parts(
             let mut fs = Vec::with_capacity(sizes.len());
             for v in vs.iter_mut() {
                 ctx.spend_draw(v.len()).await;
-                let f = stream.take(v.len());
+                let f = stream.take(v.len())?;
                 for (x, m) in v.iter_mut().zip(&f) {
                     *x = x.wrapping_sub(*m);
                 }
@@ -106,7 +107,7 @@ pub async fn share_input_parts(
             let mut out = Vec::with_capacity(sizes.len());
             for (&n, z) in sizes.iter().zip(zeros()) {
                 ctx.spend_draw(n).await;
-                out.push(Shares::from_parts(me, stream.take(n), z));
+                out.push(Shares::from_parts(me, stream.take(n)?, z));
             }
             Ok(out)
         }
@@ -184,7 +185,7 @@ where
                 }
                 // Each tensor's mask is drawn when it is needed, within the work budget.
                 ctx.spend_draw(n).await;
-                let f = stream.take(n);
+                let f = stream.take(n)?;
                 for (x, m) in v.iter_mut().zip(&f) {
                     *x = x.wrapping_sub(*m);
                 }
@@ -230,7 +231,11 @@ where
             let mut out = Vec::with_capacity(sizes.len());
             for &n in sizes {
                 ctx.spend_draw(n).await;
-                out.push(Shares::from_parts(me, stream.take(n), alloc::vec![0; n]));
+                // The data half is reserved fallibly first: a tensor beyond this
+                // machine's memory fails there; the zero half of the same size is then
+                // lazily zeroed memory.
+                let mask = stream.take(n)?;
+                out.push(Shares::from_parts(me, mask, alloc::vec![0; n]));
             }
             for _ in 1..chunks {
                 ctx.recv(owner, 0, Width::W64).await?;
@@ -252,7 +257,7 @@ where
                         .get(piece)
                         .ok_or(Error::bug("chunks overrun the sizes"))?;
                     if cs.len() == piece {
-                        cs.push(Vec::with_capacity(n));
+                        cs.push(try_words(n)?);
                     }
                     let c = cs.last_mut().ok_or(Error::bug("no piece to fill"))?;
                     let take = (n - c.len()).min(rest.len());
@@ -433,6 +438,25 @@ mod tests {
             }
         });
         assert!(zero.results.iter().all(Result::is_err));
+    }
+
+    /// A size beyond this machine's memory (here beyond the address space) is an error at
+    /// the parties that allocate for it, not an abort or a panic.
+    #[test]
+    fn streamed_sizes_beyond_memory_are_errors() {
+        let huge = 1usize << 61;
+        let out = Sim::new(4).run(|_| {
+            move |mut ctx| async move {
+                let none: Option<Vec<Result<Vec<u64>, Error>>> = None;
+                share_input_streamed(&mut ctx, PartyId::P0, none, &[huge], 1 << 20).await
+            }
+        });
+        // P1 draws the owner's mask: it cannot reserve it.
+        let e = out.results[1].as_ref().unwrap_err();
+        assert_eq!(
+            (e.kind(), e.detail()),
+            (crate::ErrorKind::Misuse, "not enough memory for the shares")
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::BertError;
+use super::secure::{BertHeads, parameters};
 use crate::gpt2::config::Activation;
+use crate::limits;
 
 /// Which of the two architectures (they differ in tensor prefix, positions and head).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,11 +160,13 @@ impl BertConfig {
         BertConfig::from_json_str(&text)
     }
 
-    /// Checks sizes: all positive, heads dividing the width, products within `usize`, a
+    /// Checks sizes: all positive, within the model size limits of [`crate::limits`]
+    /// (each size, then the parameter count with a pooler), heads dividing the width, a
     /// finite non-negative epsilon, and (RoBERTa) a pad id leaving room for positions.
     ///
     /// # Errors
-    /// [`BertError::Config`] naming the first violated constraint.
+    /// [`BertError::Config`] naming the first violated constraint, or
+    /// [`BertError::Limit`] naming the field beyond its limit.
     pub fn validate(&self) -> Result<(), BertError> {
         let sizes = [
             ("vocab_size", self.vocab_size),
@@ -178,22 +182,45 @@ impl BertConfig {
                 return Err(BertError::Config(format!("{name} must be positive")));
             }
         }
+        limits::check(&[
+            (
+                "num_hidden_layers",
+                self.num_hidden_layers,
+                limits::MAX_LAYERS,
+            ),
+            ("vocab_size", self.vocab_size, limits::MAX_VOCAB),
+            ("type_vocab_size", self.type_vocab_size, limits::MAX_VOCAB),
+            ("hidden_size", self.hidden_size, limits::MAX_WIDTH),
+            (
+                "intermediate_size",
+                self.intermediate_size,
+                limits::MAX_WIDTH,
+            ),
+            (
+                "num_attention_heads",
+                self.num_attention_heads,
+                limits::MAX_WIDTH,
+            ),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                limits::MAX_POSITIONS,
+            ),
+        ])?;
         if self.hidden_size % self.num_attention_heads != 0 {
             return Err(BertError::Config(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
             )));
         }
-        let big = [
-            self.vocab_size.checked_mul(self.hidden_size),
-            self.max_position_embeddings.checked_mul(self.hidden_size),
-            self.intermediate_size.checked_mul(self.hidden_size),
-            self.hidden_size
-                .checked_mul(self.hidden_size.saturating_mul(3)),
-        ];
-        if big.iter().any(Option::is_none) {
-            return Err(BertError::Config("sizes overflow usize".into()));
-        }
+        // Every size is bounded, so no product or sum overflows. A classifier comes on
+        // top, announced by the owner (at most MAX_LABELS labels; the sharing checks the
+        // total again).
+        let with_pooler = BertHeads {
+            pooler: true,
+            labels: 0,
+        };
+        limits::check_parameters(parameters(self, with_pooler))?;
         if !self.layer_norm_eps.is_finite() || self.layer_norm_eps < 0.0 {
             return Err(BertError::Config(
                 "layer_norm_eps must be finite and non-negative".into(),

@@ -23,6 +23,10 @@ pub enum BertError {
     /// inconsistent (the message names the field).
     #[error("unsupported or invalid configuration: {0}")]
     Config(String),
+    /// A size of the configuration exceeds the model size limits of [`crate::limits`]
+    /// (the error names the field and the limit).
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
     /// The weights file is not a valid safetensors file.
     #[error("{what} is not a valid safetensors file: {reason}")]
     BadFile {

@@ -264,6 +264,14 @@ impl BertTensor {
     }
 }
 
+/// The number of shared parameters of `cfg` with `heads` (`None` if it overflows), for a
+/// config within the model size limits (each size, unchecked products).
+pub(crate) fn parameters(cfg: &BertConfig, heads: BertHeads) -> Option<usize> {
+    tensors(cfg, heads)
+        .iter()
+        .try_fold(0usize, |acc, (_, n)| acc.checked_add(*n))
+}
+
 /// Every tensor with its length, in sharing order.
 fn tensors(cfg: &BertConfig, heads: BertHeads) -> Vec<(BertTensor, usize)> {
     use BertTensor as T;

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::limits::{self, LimitError};
+
 /// The MLP activation of a GPT-2 model (`activation_function` in `config.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
@@ -79,6 +81,10 @@ pub enum ConfigError {
     /// The sizes are too large to index in memory (a product overflows `usize`).
     #[error("model sizes are too large: {0}")]
     TooLarge(&'static str),
+    /// A size exceeds the model size limits of [`crate::limits`] (the error names the
+    /// field and the limit).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// `layer_norm_epsilon` is negative, NaN or infinite.
     #[error("layer_norm_epsilon {0} must be finite and non-negative")]
     BadEpsilon(f64),
@@ -204,12 +210,13 @@ impl Gpt2Config {
         Gpt2Config::from_json_str(&text)
     }
 
-    /// Checks that the sizes are usable: all positive, `n_embd` divisible by `n_head`, the
-    /// weight matrices' element counts representable, epsilon finite and non-negative.
+    /// Checks that the sizes are usable: all positive, within the model size limits of
+    /// [`crate::limits`] (each size, then the parameter count), `n_embd` divisible by
+    /// `n_head`, epsilon finite and non-negative.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroSize`], [`ConfigError::HeadsDoNotDivide`],
-    /// [`ConfigError::TooLarge`] or [`ConfigError::BadEpsilon`].
+    /// [`ConfigError::ZeroSize`], [`ConfigError::Limit`],
+    /// [`ConfigError::HeadsDoNotDivide`] or [`ConfigError::BadEpsilon`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (name, v) in [
             ("n_layer", self.n_layer),
@@ -223,27 +230,23 @@ impl Gpt2Config {
                 return Err(ConfigError::ZeroSize(name));
             }
         }
+        limits::check(&[
+            ("n_layer", self.n_layer, limits::MAX_LAYERS),
+            ("vocab_size", self.vocab_size, limits::MAX_VOCAB),
+            ("n_embd", self.n_embd, limits::MAX_WIDTH),
+            ("n_inner", self.n_inner, limits::MAX_WIDTH),
+            ("n_head", self.n_head, limits::MAX_WIDTH),
+            ("n_positions", self.n_positions, limits::MAX_POSITIONS),
+        ])?;
         if self.n_embd % self.n_head != 0 {
             return Err(ConfigError::HeadsDoNotDivide {
                 n_embd: self.n_embd,
                 n_head: self.n_head,
             });
         }
-        for (what, a, b) in [
-            ("vocab_size · n_embd", self.vocab_size, self.n_embd),
-            ("n_positions · n_embd", self.n_positions, self.n_embd),
-            (
-                "n_embd · 3 n_embd",
-                self.n_embd,
-                self.n_embd.saturating_mul(3),
-            ),
-            ("n_embd · n_inner", self.n_embd, self.n_inner),
-        ] {
-            // Elements are f64 (8 bytes); keep byte counts representable too.
-            if a.checked_mul(b).and_then(|n| n.checked_mul(8)).is_none() {
-                return Err(ConfigError::TooLarge(what));
-            }
-        }
+        // Every size is bounded, so the count cannot overflow (nor can the plaintext
+        // weights' byte counts).
+        limits::check_parameters(self.unchecked_spec().parameters().ok())?;
         if !(self.layer_norm_epsilon.is_finite() && self.layer_norm_epsilon >= 0.0) {
             return Err(ConfigError::BadEpsilon(self.layer_norm_epsilon));
         }

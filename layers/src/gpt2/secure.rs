@@ -45,14 +45,12 @@ fn fold_bias(ln: &LayerNormWeights, w: &Array2<f64>, b: &Array1<f64>) -> Array1<
     ln.beta.dot(w) + b
 }
 
-impl DecoderArch for Gpt2Config {
-    type Weights = Gpt2Weights;
-
-    fn spec(&self) -> Result<DecoderSpec, Error> {
-        self.validate()
-            .map_err(|_| Error::misuse("invalid GPT-2 configuration"))?;
+impl Gpt2Config {
+    /// The decoder spec of these sizes, unchecked ([`Gpt2Config::validate`] counts the
+    /// parameters of it).
+    pub(crate) fn unchecked_spec(&self) -> DecoderSpec {
         let eps = self.layer_norm_epsilon;
-        Ok(DecoderSpec {
+        DecoderSpec {
             vocab: self.vocab_size,
             d: self.n_embd,
             layers: self.n_layer,
@@ -70,7 +68,17 @@ impl DecoderArch for Gpt2Config {
             gated: false,
             activation: self.activation.into(),
             tied_head: true,
-        })
+        }
+    }
+}
+
+impl DecoderArch for Gpt2Config {
+    type Weights = Gpt2Weights;
+
+    fn spec(&self) -> Result<DecoderSpec, Error> {
+        self.validate()
+            .map_err(|_| Error::misuse("invalid GPT-2 configuration"))?;
+        Ok(self.unchecked_spec())
     }
 
     fn check(&self, w: &Gpt2Weights) -> Result<(), Error> {

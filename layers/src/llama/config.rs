@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::gpt2::config::InputError;
+use crate::limits::{self, LimitError};
 
 /// Why a LLaMA configuration is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,10 @@ pub enum LlamaConfigError {
     /// The values do not describe a model this crate can run.
     #[error("invalid LLaMA configuration: {0}")]
     Invalid(String),
+    /// A size exceeds the model size limits of [`crate::limits`] (the error names the
+    /// field and the limit).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
 }
 
 /// The architecture of a LLaMA-style decoder (public: every party knows it).
@@ -191,11 +196,13 @@ impl LlamaConfig {
         Ok(cfg)
     }
 
-    /// Checks the sizes: all positive, heads a multiple of KV heads, even head width, a
-    /// positive epsilon and θ.
+    /// Checks the sizes: all positive, within the model size limits of [`crate::limits`]
+    /// (each size, the query width, then the parameter count), heads a multiple of KV
+    /// heads, even head width, a positive epsilon and θ.
     ///
     /// # Errors
-    /// [`LlamaConfigError::Invalid`] naming the first violated condition.
+    /// [`LlamaConfigError::Invalid`] naming the first violated condition, or
+    /// [`LlamaConfigError::Limit`] naming the field beyond its limit.
     pub fn validate(&self) -> Result<(), LlamaConfigError> {
         let bad = |m: &str| Err(LlamaConfigError::Invalid(m.into()));
         if self.vocab_size == 0
@@ -208,6 +215,41 @@ impl LlamaConfig {
         {
             return bad("sizes must be positive");
         }
+        limits::check(&[
+            (
+                "num_hidden_layers",
+                self.num_hidden_layers,
+                limits::MAX_LAYERS,
+            ),
+            ("vocab_size", self.vocab_size, limits::MAX_VOCAB),
+            ("hidden_size", self.hidden_size, limits::MAX_WIDTH),
+            (
+                "intermediate_size",
+                self.intermediate_size,
+                limits::MAX_WIDTH,
+            ),
+            (
+                "num_attention_heads",
+                self.num_attention_heads,
+                limits::MAX_WIDTH,
+            ),
+            (
+                "num_key_value_heads",
+                self.num_key_value_heads,
+                limits::MAX_WIDTH,
+            ),
+            ("head_dim", self.head_dim, limits::MAX_WIDTH),
+            (
+                "num_attention_heads · head_dim",
+                self.num_attention_heads.saturating_mul(self.head_dim),
+                limits::MAX_WIDTH,
+            ),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                limits::MAX_POSITIONS,
+            ),
+        ])?;
         if self.num_attention_heads % self.num_key_value_heads != 0 {
             return bad("num_attention_heads must be a multiple of num_key_value_heads");
         }
@@ -220,6 +262,8 @@ impl LlamaConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
             return bad("rope_theta must exceed 1");
         }
+        // Every size is bounded, so the count cannot overflow.
+        limits::check_parameters(self.unchecked_spec().parameters().ok())?;
         Ok(())
     }
 

@@ -37,14 +37,12 @@ fn encode_side_by_side(fx: FixedPoint, parts: &[(&Array2<f64>, f64)]) -> Result<
     Ok(out)
 }
 
-impl DecoderArch for LlamaConfig {
-    type Weights = LlamaWeights;
-
-    fn spec(&self) -> Result<DecoderSpec, Error> {
-        self.validate()
-            .map_err(|_| Error::misuse("invalid LLaMA configuration"))?;
+impl LlamaConfig {
+    /// The decoder spec of these sizes, unchecked ([`LlamaConfig::validate`] counts the
+    /// parameters of it).
+    pub(crate) fn unchecked_spec(&self) -> DecoderSpec {
         let eps = self.rms_norm_eps;
-        Ok(DecoderSpec {
+        DecoderSpec {
             vocab: self.vocab_size,
             d: self.hidden_size,
             layers: self.num_hidden_layers,
@@ -64,7 +62,17 @@ impl DecoderArch for LlamaConfig {
             gated: true,
             activation: Activation::Silu,
             tied_head: self.tie_word_embeddings,
-        })
+        }
+    }
+}
+
+impl DecoderArch for LlamaConfig {
+    type Weights = LlamaWeights;
+
+    fn spec(&self) -> Result<DecoderSpec, Error> {
+        self.validate()
+            .map_err(|_| Error::misuse("invalid LLaMA configuration"))?;
+        Ok(self.unchecked_spec())
     }
 
     fn check(&self, w: &LlamaWeights) -> Result<(), Error> {

@@ -19,6 +19,7 @@ use super::plan::{TensorPlan, share_plan};
 use super::range::{ActivationPeaks, decoder_range_violation};
 use super::settings::SecureSettings;
 use crate::InputError;
+use crate::limits::{self, LimitError};
 
 /// How positions enter the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -131,10 +132,11 @@ impl DecoderTensor {
 }
 
 impl DecoderSpec {
-    /// Checks the sizes are consistent and their products fit in memory sizes.
+    /// Checks the sizes are consistent and within the model size limits.
     ///
     /// # Errors
-    /// `Misuse` naming no value: zero sizes, heads that do not divide, overflow.
+    /// `Misuse` naming no value: zero sizes, heads that do not divide, a size beyond
+    /// [`crate::limits`] (see [`DecoderSpec::check_limits`] for which).
     pub fn validate(&self) -> Result<(), Error> {
         let h = self.heads;
         let ok = self.vocab > 0
@@ -149,13 +151,51 @@ impl DecoderSpec {
         if !ok {
             return Err(Error::misuse("the decoder's shape is inconsistent"));
         }
-        let mut plan = TensorPlan::new();
-        for (t, n) in self.tensors()? {
-            plan.push(t.name(), n);
-        }
-        plan.total()
-            .ok_or(Error::misuse("the decoder's size overflows"))?;
-        Ok(())
+        self.check_limits()
+            .map_err(|_| Error::misuse("the decoder exceeds the model size limits"))
+    }
+
+    /// Checks every size against [`crate::limits`], the widths before the parameter count
+    /// (so that nothing is allocated for an oversized spec).
+    ///
+    /// # Errors
+    /// A [`LimitError`] naming the spec's field (`layers`, `vocab`, `d`, `inner`,
+    /// `max_positions`, `heads.q`, `heads.kv`, `heads.dim`, `heads.q · heads.dim`,
+    /// `heads.kv · heads.dim`) or `parameters`.
+    pub fn check_limits(&self) -> Result<(), LimitError> {
+        let h = self.heads;
+        limits::check(&[
+            ("layers", self.layers, limits::MAX_LAYERS),
+            ("vocab", self.vocab, limits::MAX_VOCAB),
+            ("d", self.d, limits::MAX_WIDTH),
+            ("inner", self.inner, limits::MAX_WIDTH),
+            ("max_positions", self.max_positions, limits::MAX_POSITIONS),
+            ("heads.q", h.q, limits::MAX_WIDTH),
+            ("heads.kv", h.kv, limits::MAX_WIDTH),
+            ("heads.dim", h.dim, limits::MAX_WIDTH),
+            (
+                "heads.q · heads.dim",
+                h.q.saturating_mul(h.dim),
+                limits::MAX_WIDTH,
+            ),
+            (
+                "heads.kv · heads.dim",
+                h.kv.saturating_mul(h.dim),
+                limits::MAX_WIDTH,
+            ),
+        ])?;
+        limits::check_parameters(self.parameters().ok())
+    }
+
+    /// The number of shared parameters (a tied LM head once).
+    ///
+    /// # Errors
+    /// `Misuse` if a size overflows.
+    pub fn parameters(&self) -> Result<usize, Error> {
+        self.tensors()?
+            .iter()
+            .try_fold(0usize, |acc, (_, n)| acc.checked_add(*n))
+            .ok_or(Error::misuse("the decoder's size overflows"))
     }
 
     /// Checks a prompt as generation needs it: not empty, ids below the vocabulary, and
@@ -195,19 +235,19 @@ impl DecoderSpec {
     /// # Errors
     /// `Misuse` if a size overflows.
     pub fn share_rounds(&self) -> Result<usize, Error> {
-        let params = self
-            .tensors()?
-            .iter()
-            .try_fold(0usize, |acc, (_, n)| acc.checked_add(*n))
-            .ok_or(Error::misuse("the decoder's size overflows"))?;
-        Ok(params.div_ceil(super::SHARE_CHUNK_WORDS).max(1))
+        Ok(self.parameters()?.div_ceil(super::SHARE_CHUNK_WORDS).max(1))
     }
 
     /// Every shared tensor with its length, in sharing order.
     ///
     /// # Errors
-    /// `Misuse` if a size overflows.
+    /// `Misuse` if a size overflows or there are more than
+    /// [`MAX_LAYERS`](crate::limits::MAX_LAYERS) blocks.
     pub fn tensors(&self) -> Result<Vec<(DecoderTensor, usize)>, Error> {
+        // The list has a dozen entries per block: bound it before building it.
+        if self.layers > limits::MAX_LAYERS {
+            return Err(Error::misuse("the decoder exceeds the model size limits"));
+        }
         let over = || Error::misuse("the decoder's size overflows");
         let mul = |a: usize, b: usize| a.checked_mul(b).ok_or_else(over);
         let (d, h) = (self.d, self.heads);

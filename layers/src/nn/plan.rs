@@ -87,9 +87,15 @@ impl SharedTensors {
 /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` elements. Bytes: 8 per element from
 /// the owner.
 ///
+/// Every party checks the plan against
+/// [`MAX_PARAMETERS`](crate::limits::MAX_PARAMETERS) before it allocates, and reserves
+/// its shares fallibly: a plan beyond the limit, or larger than this machine's memory, is
+/// an error, not an abort.
+///
 /// # Errors
 /// `Misuse` if the owner passes no tensors, a tensor of the wrong length or the wrong
-/// number of tensors, or a size overflows; `Protocol` on a malformed message.
+/// number of tensors, the plan exceeds the parameter limit, or its shares do not fit in
+/// memory; `Protocol` on a malformed message.
 pub async fn share_plan<I>(
     ctx: &mut Ctx,
     owner: PartyId,
@@ -99,8 +105,10 @@ pub async fn share_plan<I>(
 where
     I: IntoIterator<Item = Result<Vec<u64>, Error>>,
 {
-    if plan.total().is_none() {
-        return Err(Error::misuse("the model's size overflows"));
+    if crate::limits::check_parameters(plan.total()).is_err() {
+        return Err(Error::misuse(
+            "the model exceeds the parameter limit (puma_layers::limits::MAX_PARAMETERS)",
+        ));
     }
     let encoded = match (ctx.me() == owner, encoded) {
         (true, None) => return Err(Error::misuse("the model owner must pass the weights")),
