@@ -30,13 +30,13 @@ fn main() {
             family = row.family;
             println!("\n## {family}\n");
             println!(
-                "{:<66} {:>6}  {:<14} {:>12} {:>12} {:>12} {:>14}",
+                "{:<72} {:>6}  {:<14} {:>12} {:>12} {:>12} {:>14}",
                 "protocol", "rounds", "unit", "bytes P0", "bytes P1", "bytes P2", "bits total"
             );
         }
         let [p0, p1, p2] = row.bytes_per_unit();
         println!(
-            "{:<66} {:>6}  {:<14} {:>12.2} {:>12.2} {:>12.2} {:>14.2}",
+            "{:<72} {:>6}  {:<14} {:>12.2} {:>12.2} {:>12.2} {:>14.2}",
             row.name,
             row.rounds,
             row.unit,
