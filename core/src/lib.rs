@@ -43,6 +43,8 @@
 
 extern crate alloc;
 
+#[cfg(feature = "dev")]
+pub mod cost_report;
 pub mod engine;
 pub mod error;
 pub mod fixed;
