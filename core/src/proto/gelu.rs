@@ -519,6 +519,175 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
 }
 
+/// Chebyshev coefficients c_0 … c_8 of E(x) = GeLU(x) − x/2 for [`gelu_chebyshev`]:
+/// E ≈ Σ c_i T_i(w), w = K·x²/2^S − 1 ([`CHEB_SCALE`]), fitted for |x| ≤ 4.375 by
+/// scripts/fit-gelu-cheb.py (max |err| 9.5e-5 in plaintext).
+const CHEB_ERF: [f64; 9] = [
+    1.375_006_605_093_355_8,
+    1.004_360_706_619_936_5,
+    -0.223_689_815_857_643_14,
+    0.089_151_335_819_900_87,
+    -0.036_921_791_444_723_81,
+    0.013_965_840_400_186_14,
+    -0.004_909_599_798_737_817,
+    0.001_425_858_272_655_387_3,
+    -0.000_486_570_933_827_627_1,
+];
+
+/// As [`CHEB_ERF`] for the tanh form (max |err| 1.11e-4 in plaintext).
+const CHEB_TANH: [f64; 9] = [
+    1.375_089_969_988_224_4,
+    1.004_375_363_244_428_6,
+    -0.223_909_047_716_666_9,
+    0.089_185_833_813_366_26,
+    -0.036_822_898_210_544,
+    0.013_840_465_786_171_518,
+    -0.004_888_633_383_794_041,
+    0.001_432_437_238_607_245_7,
+    -0.000_524_283_716_994_283_1,
+];
+
+/// (S, K) of [`gelu_chebyshev`]'s variable w = K·x²/2^S − 1 = 2x²/T² − 1 with
+/// T² = 2^(S+1)/K = 19.69 (T = 4.437 ≥ 4.375, the widest input that can take the
+/// polynomial piece). K is a small integer, so w is exact before its one truncation.
+const CHEB_SCALE: (u32, u64) = (7, 13);
+/// Fractional bits of w, T_2, T_3, T_4 in [`gelu_chebyshev`].
+const CHEB_POWER_BITS: u32 = 18;
+/// Fractional bits of [`gelu_chebyshev`]'s coefficients (relative to the powers').
+const CHEB_COEFF_BITS: u32 = 20;
+/// Fractional bits that [`gelu_chebyshev`]'s comparisons keep (x cut locally).
+const CHEB_CMP_FRAC_BITS: u32 = 3;
+/// Ring width of [`gelu_chebyshev`]'s comparisons: the cut x (⌊8x⌋ − e, e ≤ 2) minus
+/// either breakpoint (−34 or 32 on that grid) must stay in [−2^16, 2^16), i.e.
+/// |x| < 8187.75.
+const CHEB_CMP_RING_BITS: u32 = 17;
+
+/// GeLU to about 1.5e-4 for 86 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
+/// even), E as a degree-8 Chebyshev series in w = 2x²/T² − 1 (T = 4.437), whose small
+/// coefficients allow powers at 18 fractional bits, and comparisons on x cut to 3
+/// fractional bits in a 17-bit ring (5 rounds instead of 6). This crate's design
+/// (docs/PROTOCOLS.md, GeLU).
+///
+/// Schedule: branch A, b0 = `[x < −4 − 2^-2]`, b1 = `[x < 4]` in one batched MSB in
+/// Z_2^17 (5 rounds) on x cut to 3 fractional bits by a local shift of every component
+/// (a sharing of ⌊8x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.25 always
+/// is; x < 4 always takes the polynomial and x ≥ 4.375 never does, so the polynomial
+/// piece is only taken on [−4.25, 4.375), where the fit holds. Then one B2A in its
+/// two-round form (2): 7 rounds. Branch B: w = 13·x²/2^7 − 1 (square with the truncation
+/// by 25 fused into the reshare, 2), T_2 = 2w² − 1 (2), {T_3 = 2w·T_2 − w, T_4 = 2T_2² − 1}
+/// (2), then E = A + T_4·B with A = Σ_{i≤4} a_i T_i and B = Σ_{j=1..4} 2c_{4+j} T_j (from
+/// T_{4+j} = 2T_4·T_j − T_{4−j}, a_i = c_i − c_{8−i}), T_4·B's local cross terms plus A
+/// and x/2 at 56 fractional bits, reshared and truncated to f bits at once (2): 8 rounds.
+/// Join: (b1 − b0)·P + (1 − b1)·x, one fused sum of products (1).
+///
+/// **Error** (measured, tests/gelu_chebyshev.rs, over 10^5 points on [−16, 16], a dense
+/// grid on [−8, 8] and values up to ±8000): max |err| vs the exact form ≤ 1.6e-4 for
+/// `Erf` (the cut at ±4 costs 4·Φ(−4) = 1.27e-4, the fit 9.5e-5) and ≤ 1.3e-4 for `Tanh`
+/// (fit 1.11e-4, cut 7e-5); the outputs are exactly 0 below −4.25 and x above 4.375.
+/// **Range**: −8187.75 ≤ x < 8187.75 (the comparisons; 0.25 narrower than
+/// [`gelu_precise`]'s |x| < 8188); powers of inputs outside [−4.25, 4.375) may wrap the
+/// ring, harmlessly, since their selector is exactly 0.
+///
+/// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·207 (LT at 17 bits)
+/// + 2·256 (B2A) + w (192 + 6·25 = 342) + T_2 (192 + 6·17 = 294) + {T_3, T_4} (2·294) +
+/// the final fused product truncated by 38 (192 + 228 = 420) + 192 (join) = **2762**
+/// (3200 for [`gelu_precise`]); **Bytes**: 2762·n/24 per party = 115.08 per element
+/// (exact for n divisible by 24).
+///
+/// # Errors
+/// `Misuse` if the session has fewer than 12 fractional bits; `Protocol` if a message is
+/// malformed.
+pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let (p, q) = (CHEB_POWER_BITS, CHEB_COEFF_BITS);
+    let (s, k_scale) = CHEB_SCALE;
+    // w's truncation is by 2f + S − p ≥ 1; the final one by 2p + q − f ≥ 1, and x/2 is
+    // lifted to 2p + q bits by a shift of 2p + q − f − 1 ≥ 0.
+    if f < 12 || f + CHEB_CMP_FRAC_BITS > 64 || 2 * p + q <= f + 1 {
+        return Err(Error::misuse(
+            "gelu_chebyshev needs at least 12 fractional bits",
+        ));
+    }
+    let cut = f.saturating_sub(CHEB_CMP_FRAC_BITS);
+    let cf = f - cut;
+    let width =
+        Width::new(CHEB_CMP_RING_BITS.min(64 - cut)).ok_or(Error::bug("activation width"))?;
+    // b0: the lower cut sits 2 ulps (of the cut grid) below −4, so an x ≥ −4 is never
+    // zeroed; b1: x < 4 always reads as below.
+    let lo = encode_at(-4.0, cf)?.wrapping_sub(2);
+    let breakpoints = [lo, encode_at(4.0, cf)?];
+    let c = match form {
+        GeluForm::Erf => CHEB_ERF,
+        GeluForm::Tanh => CHEB_TANH,
+    };
+    let ci = |i: usize| c.get(i).copied().unwrap_or(0.0);
+    // E = Σ_{i≤4} a_i T_i + T_4·Σ_{j=1..4} 2c_{4+j} T_j.
+    let a: Vec<f64> = (0..5)
+        .map(|i| if i < 4 { ci(i) - ci(8 - i) } else { ci(4) })
+        .collect();
+    let big = 2 * p + q; // fractional bits of the fused sum before the final truncation
+    let enc_a = |i: usize| -> Result<u64, Error> {
+        let v = a.get(i).copied().unwrap_or(0.0);
+        // a_0 is a constant at 2p + q bits; the others multiply p-bit powers.
+        encode_at(v, if i == 0 { big } else { p + q })
+    };
+    let ka = [enc_a(0)?, enc_a(1)?, enc_a(2)?, enc_a(3)?, enc_a(4)?];
+    let kb = [
+        encode_at(2.0 * ci(5), q)?,
+        encode_at(2.0 * ci(6), q)?,
+        encode_at(2.0 * ci(7), q)?,
+        encode_at(2.0 * ci(8), q)?,
+    ];
+    let one = 1u64 << p;
+    let half_x = 1u64 << (big - f - 1); // x (f bits) ↦ x/2 at 2p + q bits
+
+    let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
+    let shifted = shift_components(x, cut);
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
+    let branch_b = async {
+        let c = &mut cbx;
+        let n = x.len();
+        // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
+        let w = super::mul::mul_trunc(c, x, &x.scale(k_scale), 2 * f + s - p).await?;
+        let w = w.add_public_scalar(one.wrapping_neg());
+        // 2w² at p bits, then T_2 = 2w² − 1.
+        let t2 = super::mul::square_trunc(c, &w, p - 1).await?;
+        let t2 = t2.add_public_scalar(one.wrapping_neg());
+        // {2w·T_2, 2T_2²} at p bits.
+        let lvl3 = super::mul::mul_trunc(
+            c,
+            &Shares::concat(&[&w, &t2])?,
+            &Shares::concat(&[&t2, &t2])?,
+            p - 1,
+        )
+        .await?;
+        let (wt2, t2t2) = lvl3.split_at(n)?;
+        let t3 = wt2.sub(&w)?;
+        let t4 = t2t2.add_public_scalar(one.wrapping_neg());
+        // B at p + q bits; A and x/2 at 2p + q bits, added to T_4·B's local parts.
+        let b = lincomb(&[(&w, kb[0]), (&t2, kb[1]), (&t3, kb[2]), (&t4, kb[3])], 0)?;
+        let a_part = lincomb(
+            &[
+                (x, half_x),
+                (&w, ka[1]),
+                (&t2, ka[2]),
+                (&t3, ka[3]),
+                (&t4, ka[4]),
+            ],
+            ka[0],
+        )?;
+        let mut z = super::mul::cross_terms(&t4, &b);
+        for (zk, ak) in z.iter_mut().zip(a_part.a()) {
+            *zk = zk.wrapping_add(*ak);
+        }
+        super::reshare_trunc(c, z, big - f).await
+    };
+    let (bits, poly) = try_join(branch_a, branch_b).await?;
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
+}
+
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
 /// the verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
 /// narrow ring of [`ACTIVATION_RING_BITS`] = 32 bits:
