@@ -519,41 +519,46 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
 }
 
-/// Chebyshev coefficients c_0 … c_8 of E(x) = GeLU(x) − x/2 for [`gelu_chebyshev`]:
-/// E ≈ Σ c_i T_i(w), w = K·x²/2^S − 1 ([`CHEB_SCALE`]), fitted for |x| ≤ 4.375 by
-/// scripts/fit-gelu-cheb.py (max |err| 9.5e-5 in plaintext).
-const CHEB_ERF: [f64; 9] = [
-    1.375_006_605_093_355_8,
-    1.004_360_706_619_936_5,
-    -0.223_689_815_857_643_14,
-    0.089_151_335_819_900_87,
-    -0.036_921_791_444_723_81,
-    0.013_965_840_400_186_14,
-    -0.004_909_599_798_737_817,
-    0.001_425_858_272_655_387_3,
-    -0.000_486_570_933_827_627_1,
+/// [`gelu_chebyshev`]'s coefficients k_0 … k_7 of E(x) = GeLU(x) − x/2 in the basis
+/// 1, w, T_2, Q, w·T_2, w·Q, T_2·Q, Q² (w = K·x²/2^S − 1 ([`CHEB_SCALE`]), T_2 = 2w² − 1,
+/// Q = T_2·(T_2 + a·w), a = [`CHEB_A8_ERF`]/8), fitted for |x| ≤ 4.375 by
+/// scripts/fit-gelu-cheb.py (max |err| 9.7e-5 in plaintext).
+const CHEB_ERF: [f64; 8] = [
+    1.411_441_418_165_342_5,
+    0.902_665_760_003_472_5,
+    -0.188_512_090_998_366_97,
+    -0.045_184_633_579_135_66,
+    0.076_854_715_356_819_23,
+    0.027_291_332_060_659_017,
+    -0.015_264_050_118_480_612,
+    -0.003_833_826_384_988_826,
 ];
+/// 8·a for the erf form: Q² ≈ 16(w⁸ + a·w⁷ + …) carries the w⁷ coefficient that the
+/// unrestricted degree-8 fit has, relative to its w⁸ coefficient.
+const CHEB_A8_ERF: i64 = -12;
 
-/// As [`CHEB_ERF`] for the tanh form (max |err| 1.11e-4 in plaintext).
-const CHEB_TANH: [f64; 9] = [
-    1.375_089_969_988_224_4,
-    1.004_375_363_244_428_6,
-    -0.223_909_047_716_666_9,
-    0.089_185_833_813_366_26,
-    -0.036_822_898_210_544,
-    0.013_840_465_786_171_518,
-    -0.004_888_633_383_794_041,
-    0.001_432_437_238_607_245_7,
-    -0.000_524_283_716_994_283_1,
+/// As [`CHEB_ERF`] for the tanh form (max |err| 1.12e-4 in plaintext).
+const CHEB_TANH: [f64; 8] = [
+    1.411_388_380_144_09,
+    0.902_780_377_179_933_2,
+    -0.189_855_589_806_882_66,
+    -0.046_113_027_140_947_074,
+    0.081_545_167_570_541_42,
+    0.028_208_372_591_359_71,
+    -0.015_587_206_779_246_882,
+    -0.004_177_313_076_683_114,
 ];
+/// As [`CHEB_A8_ERF`] for the tanh form.
+const CHEB_A8_TANH: i64 = -11;
 
 /// (S, K) of [`gelu_chebyshev`]'s variable w = K·x²/2^S − 1 = 2x²/T² − 1 with
 /// T² = 2^(S+1)/K = 19.69 (T = 4.437 ≥ 4.375, the widest input that can take the
 /// polynomial piece). K is a small integer, so w is exact before its one truncation.
 const CHEB_SCALE: (u32, u64) = (7, 13);
-/// Fractional bits of w, T_2, T_3, T_4 in [`gelu_chebyshev`].
+/// Fractional bits of w, T_2 and Q in [`gelu_chebyshev`].
 const CHEB_POWER_BITS: u32 = 18;
-/// Fractional bits of [`gelu_chebyshev`]'s coefficients (relative to the powers').
+/// Fractional bits of [`gelu_chebyshev`]'s coefficients k_4 … k_7 (second factors of
+/// the final products); k_1 … k_3 get 18 more, k_0 36 more.
 const CHEB_COEFF_BITS: u32 = 20;
 /// Fractional bits that [`gelu_chebyshev`]'s comparisons keep (x cut locally).
 const CHEB_CMP_FRAC_BITS: u32 = 3;
@@ -562,37 +567,44 @@ const CHEB_CMP_FRAC_BITS: u32 = 3;
 /// |x| < 8187.75.
 const CHEB_CMP_RING_BITS: u32 = 17;
 
-/// GeLU to about 1.5e-4 for 86 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to about 1.3e-4 for 78 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
-/// even), E as a degree-8 Chebyshev series in w = 2x²/T² − 1 (T = 4.437), whose small
-/// coefficients allow powers at 18 fractional bits, and comparisons on x cut to 3
-/// fractional bits in a 17-bit ring (5 rounds instead of 6). This crate's design
-/// (docs/PROTOCOLS.md, GeLU).
+/// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
+/// fewer, powers at 18 fractional bits, comparisons on x cut to 3 fractional bits in a
+/// 17-bit ring. This crate's design (docs/PROTOCOLS.md, GeLU).
+///
+/// The polynomial: from the shares w, T_2 = 2w² − 1 and Q = T_2·(T_2 + a·w), the final
+/// fused sum of products gives every polynomial k_0 + k_1·w + k_2·T_2 + k_3·Q + k_4·w·T_2
+/// + k_5·w·Q + k_6·T_2·Q + k_7·Q²: all of degree ≤ 6 in w, and a degree-8 part whose w⁷
+/// coefficient is a times its w⁸ coefficient. With a (in eighths, per form) taken from the
+/// unrestricted degree-8 fit, this costs no accuracy (9.7e-5 against 9.5e-5 for `Erf`),
+/// and T_3 and T_4, which the Chebyshev recurrence would need, are never formed. All
+/// shares stay within [−1, 2.5] and the k_i within [−0.2, 1.5], so 18 fractional bits
+/// suffice ([`gelu_precise`]'s monomial coefficients reach 77 and need 28).
 ///
 /// Schedule: branch A, b0 = `[x < −4 − 2^-2]`, b1 = `[x < 4]` in one batched MSB in
 /// Z_2^17 (5 rounds) on x cut to 3 fractional bits by a local shift of every component
 /// (a sharing of ⌊8x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.25 always
 /// is; x < 4 always takes the polynomial and x ≥ 4.375 never does, so the polynomial
 /// piece is only taken on [−4.25, 4.375), where the fit holds. Then one B2A in its
-/// two-round form (2): 7 rounds. Branch B: w = 13·x²/2^7 − 1 (square with the truncation
-/// by 25 fused into the reshare, 2), T_2 = 2w² − 1 (2), {T_3 = 2w·T_2 − w, T_4 = 2T_2² − 1}
-/// (2), then E = A + T_4·B with A = Σ_{i≤4} a_i T_i and B = Σ_{j=1..4} 2c_{4+j} T_j (from
-/// T_{4+j} = 2T_4·T_j − T_{4−j}, a_i = c_i − c_{8−i}), T_4·B's local cross terms plus A
-/// and x/2 at 56 fractional bits, reshared and truncated to f bits at once (2): 8 rounds.
-/// Join: (b1 − b0)·P + (1 − b1)·x, one fused sum of products (1).
+/// two-round form (2): 7 rounds. Branch B: w = 13·x²/2^7 − 1 (x·(13x) with the truncation
+/// by 25 fused into the reshare, 2), T_2 (2), Q (2), then the products Q·(k_5·w + k_6·T_2 +
+/// k_7·Q) and T_2·(k_4·w) as local cross terms, plus the linear part and x/2, at 2·18 + 20
+/// = 56 fractional bits, reshared and truncated to f bits at once (2): 8 rounds. Join:
+/// (b1 − b0)·P + (1 − b1)·x, one fused sum of products (1).
 ///
-/// **Error** (measured, tests/gelu_chebyshev.rs, over 10^5 points on [−16, 16], a dense
-/// grid on [−8, 8] and values up to ±8000): max |err| vs the exact form ≤ 1.6e-4 for
-/// `Erf` (the cut at ±4 costs 4·Φ(−4) = 1.27e-4, the fit 9.5e-5) and ≤ 1.3e-4 for `Tanh`
-/// (fit 1.11e-4, cut 7e-5); the outputs are exactly 0 below −4.25 and x above 4.375.
-/// **Range**: −8187.75 ≤ x < 8187.75 (the comparisons; 0.25 narrower than
-/// [`gelu_precise`]'s |x| < 8188); powers of inputs outside [−4.25, 4.375) may wrap the
-/// ring, harmlessly, since their selector is exactly 0.
+/// **Error** (measured, tests/gelu_layernorm.rs, 140,587 points: [−16, 16] by 2^-11, a
+/// dense grid on [−8, 8], the cuts, values out to ±8187.7): max |err| vs the exact form
+/// 1.22e-4 for `Erf` (bounded by the cut at ±4, 4·Φ(−4) = 1.27e-4; fit 9.7e-5) and
+/// 1.29e-4 for `Tanh` (fit 1.12e-4, cut 7e-5). Outputs are exactly 0 for x < −4.25 and
+/// exactly x for x ≥ 4.375. **Range**: −8187.75 ≤ x < 8187.75 (the comparisons; 0.25
+/// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside [−4.25, 4.375)
+/// may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
 /// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·207 (LT at 17 bits)
-/// + 2·256 (B2A) + w (192 + 6·25 = 342) + T_2 (192 + 6·17 = 294) + {T_3, T_4} (2·294) +
-/// the final fused product truncated by 38 (192 + 228 = 420) + 192 (join) = **2762**
-/// (3200 for [`gelu_precise`]); **Bytes**: 2762·n/24 per party = 115.08 per element
+/// + 2·256 (B2A) + w (192 + 6·25 = 342) + T_2 (192 + 6·17 = 294) + Q (192 + 6·21 = 318) +
+/// the final fused products truncated by 38 (192 + 228 = 420) + 192 (join) = **2492**
+/// (3200 for [`gelu_precise`]); **Bytes**: 2492·n/24 per party = 103.83 per element
 /// (exact for n divisible by 24).
 ///
 /// # Errors
@@ -618,28 +630,16 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
     // zeroed; b1: x < 4 always reads as below.
     let lo = encode_at(-4.0, cf)?.wrapping_sub(2);
     let breakpoints = [lo, encode_at(4.0, cf)?];
-    let c = match form {
-        GeluForm::Erf => CHEB_ERF,
-        GeluForm::Tanh => CHEB_TANH,
+    let (k, a8) = match form {
+        GeluForm::Erf => (CHEB_ERF, CHEB_A8_ERF),
+        GeluForm::Tanh => (CHEB_TANH, CHEB_A8_TANH),
     };
-    let ci = |i: usize| c.get(i).copied().unwrap_or(0.0);
-    // E = Σ_{i≤4} a_i T_i + T_4·Σ_{j=1..4} 2c_{4+j} T_j.
-    let a: Vec<f64> = (0..5)
-        .map(|i| if i < 4 { ci(i) - ci(8 - i) } else { ci(4) })
-        .collect();
     let big = 2 * p + q; // fractional bits of the fused sum before the final truncation
-    let enc_a = |i: usize| -> Result<u64, Error> {
-        let v = a.get(i).copied().unwrap_or(0.0);
-        // a_0 is a constant at 2p + q bits; the others multiply p-bit powers.
-        encode_at(v, if i == 0 { big } else { p + q })
-    };
-    let ka = [enc_a(0)?, enc_a(1)?, enc_a(2)?, enc_a(3)?, enc_a(4)?];
-    let kb = [
-        encode_at(2.0 * ci(5), q)?,
-        encode_at(2.0 * ci(6), q)?,
-        encode_at(2.0 * ci(7), q)?,
-        encode_at(2.0 * ci(8), q)?,
-    ];
+    // The constant at 2p + q bits, the linear terms at p + q (they multiply p-bit
+    // shares), the products' second factors at q (their products land at 2p + q).
+    let enc = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
+    let ka = [enc(0, big)?, enc(1, p + q)?, enc(2, p + q)?, enc(3, p + q)?];
+    let kb = [enc(4, q)?, enc(5, q)?, enc(6, q)?, enc(7, q)?];
     let one = 1u64 << p;
     let half_x = 1u64 << (big - f - 1); // x (f bits) ↦ x/2 at 2p + q bits
 
@@ -648,39 +648,28 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
     let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
     let branch_b = async {
         let c = &mut cbx;
-        let n = x.len();
         // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
         let w = super::mul::mul_trunc(c, x, &x.scale(k_scale), 2 * f + s - p).await?;
         let w = w.add_public_scalar(one.wrapping_neg());
         // 2w² at p bits, then T_2 = 2w² − 1.
         let t2 = super::mul::square_trunc(c, &w, p - 1).await?;
         let t2 = t2.add_public_scalar(one.wrapping_neg());
-        // {2w·T_2, 2T_2²} at p bits.
-        let lvl3 = super::mul::mul_trunc(
-            c,
-            &Shares::concat(&[&w, &t2])?,
-            &Shares::concat(&[&t2, &t2])?,
-            p - 1,
-        )
-        .await?;
-        let (wt2, t2t2) = lvl3.split_at(n)?;
-        let t3 = wt2.sub(&w)?;
-        let t4 = t2t2.add_public_scalar(one.wrapping_neg());
-        // B at p + q bits; A and x/2 at 2p + q bits, added to T_4·B's local parts.
-        let b = lincomb(&[(&w, kb[0]), (&t2, kb[1]), (&t3, kb[2]), (&t4, kb[3])], 0)?;
+        // Q = T_2·(8T_2 + 8a·w)/8 at p bits (8a is an integer).
+        let q_share =
+            super::mul::mul_trunc(c, &t2, &lincomb(&[(&t2, 8), (&w, a8 as u64)], 0)?, p + 3)
+                .await?;
+        // Σ k_i·(basis)_i at 2p + q bits: the products' local cross terms, then the linear
+        // part and x/2, all reshared and truncated to f bits at once.
+        let bq = lincomb(&[(&w, kb[1]), (&t2, kb[2]), (&q_share, kb[3])], 0)?;
+        let bt = w.scale(kb[0]);
         let a_part = lincomb(
-            &[
-                (x, half_x),
-                (&w, ka[1]),
-                (&t2, ka[2]),
-                (&t3, ka[3]),
-                (&t4, ka[4]),
-            ],
+            &[(x, half_x), (&w, ka[1]), (&t2, ka[2]), (&q_share, ka[3])],
             ka[0],
         )?;
-        let mut z = super::mul::cross_terms(&t4, &b);
-        for (zk, ak) in z.iter_mut().zip(a_part.a()) {
-            *zk = zk.wrapping_add(*ak);
+        let mut z = super::mul::cross_terms(&q_share, &bq);
+        let zt = super::mul::cross_terms(&t2, &bt);
+        for ((zk, tk), ak) in z.iter_mut().zip(&zt).zip(a_part.a()) {
+            *zk = zk.wrapping_add(*tk).wrapping_add(*ak);
         }
         super::reshare_trunc(c, z, big - f).await
     };
