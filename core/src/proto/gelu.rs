@@ -574,9 +574,9 @@ const CHEB_CMP_RING_BITS: u32 = 17;
 /// 17-bit ring. This crate's design (docs/PROTOCOLS.md, GeLU).
 ///
 /// The polynomial: from the shares w, T_2 = 2w² − 1 and Q = T_2·(T_2 + a·w), the final
-/// fused sum of products gives every polynomial k_0 + k_1·w + k_2·T_2 + k_3·Q + k_4·w·T_2
-/// + k_5·w·Q + k_6·T_2·Q + k_7·Q²: all of degree ≤ 6 in w, and a degree-8 part whose w⁷
-/// coefficient is a times its w⁸ coefficient. With a (in eighths, per form) taken from the
+/// fused sum of products gives every polynomial
+/// k_0 + k_1·w + k_2·T_2 + k_3·Q + k_4·w·T_2 + k_5·w·Q + k_6·T_2·Q + k_7·Q²: all of degree
+/// ≤ 6 in w, and a degree-8 part whose w⁷ coefficient is a times its w⁸ coefficient. With a (in eighths, per form) taken from the
 /// unrestricted degree-8 fit, this costs no accuracy (9.7e-5 against 9.5e-5 for `Erf`),
 /// and T_3 and T_4, which the Chebyshev recurrence would need, are never formed. All
 /// shares stay within [−1, 2.5] and the k_i within [−0.2, 1.5], so 18 fractional bits
@@ -601,9 +601,9 @@ const CHEB_CMP_RING_BITS: u32 = 17;
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside [−4.25, 4.375)
 /// may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
-/// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·207 (LT at 17 bits)
-/// + 2·256 (B2A) + w (192 + 6·25 = 342) + T_2 (192 + 6·17 = 294) + Q (192 + 6·21 = 318) +
-/// the final fused products truncated by 38 (192 + 228 = 420) + 192 (join) = **2492**
+/// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·207 (LT at 17 bits),
+/// 2·256 (B2A), w (192 + 6·25 = 342), T_2 (192 + 6·17 = 294), Q (192 + 6·21 = 318), the
+/// final fused products truncated by 38 (192 + 228 = 420) and the join (192): **2492**
 /// (3200 for [`gelu_precise`]); **Bytes**: 2492·n/24 per party = 103.83 per element
 /// (exact for n divisible by 24).
 ///
