@@ -789,3 +789,23 @@ fn gelu_chebyshev_pinned_cost() {
         assert_eq!(out.payload_bytes(), [per_party; 3]);
     }
 }
+
+/// Formats outside 12..=26 fractional bits are typed errors for the Chebyshev GeLU (its
+/// truncations and its 13·x² at 2f bits need them), not wrong outputs.
+#[test]
+fn gelu_chebyshev_refuses_unsupported_formats() {
+    for bits in [8u32, 27, 40] {
+        let mut cfg = puma_core::Config::new(4);
+        cfg.fixed = FixedPoint::new(bits).unwrap();
+        let out = Sim::new(12).with_config(cfg).run(|_| {
+            |mut ctx: Ctx| async move {
+                let x = ctx.random_shares(3);
+                let r = proto::gelu_chebyshev(&mut ctx, &x, proto::GeluForm::Erf).await;
+                Ok(r.err().map(|e| e.kind()))
+            }
+        });
+        for r in out.into_results().unwrap() {
+            assert_eq!(r, Some(puma_core::ErrorKind::Misuse), "f = {bits}");
+        }
+    }
+}

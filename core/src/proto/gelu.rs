@@ -608,18 +608,19 @@ const CHEB_CMP_RING_BITS: u32 = 17;
 /// (exact for n divisible by 24).
 ///
 /// # Errors
-/// `Misuse` if the session has fewer than 12 fractional bits; `Protocol` if a message is
+/// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
 /// malformed.
 pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     let (p, q) = (CHEB_POWER_BITS, CHEB_COEFF_BITS);
     let (s, k_scale) = CHEB_SCALE;
-    // w's truncation is by 2f + S − p ≥ 1; the final one by 2p + q − f ≥ 1, and x/2 is
-    // lifted to 2p + q bits by a shift of 2p + q − f − 1 ≥ 0.
-    if f < 12 || f + CHEB_CMP_FRAC_BITS > 64 || 2 * p + q <= f + 1 {
+    // f ≥ 12 keeps w's truncation (by 2f + S − p) positive and the comparisons' cut
+    // (by f − 3) meaningful; f ≤ 26 keeps 13·x² at 2f bits below 2^62 for |x| ≤ 4.375
+    // and the final shift of x/2 to 2p + q bits non-negative.
+    if !(12..=26).contains(&f) {
         return Err(Error::misuse(
-            "gelu_chebyshev needs at least 12 fractional bits",
+            "gelu_chebyshev needs 12 to 26 fractional bits",
         ));
     }
     let cut = f.saturating_sub(CHEB_CMP_FRAC_BITS);
