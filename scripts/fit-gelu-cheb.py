@@ -10,12 +10,13 @@ Q = T2 (T2 + a w) with a = A8/8, as
 
 a degree-8 polynomial in w whose w^7 coefficient is tied to its w^8 coefficient by a
 (Q^2 ~ 16 (w^8 + a w^7 + ...)); a is the ratio of those coefficients in the unrestricted
-degree-8 fit, rounded to eighths (Erf -3/2, Tanh -11/8), so the restriction costs almost
-nothing while the protocol needs one product fewer (T2 and Q, not T3 and T4).
+degree-8 fit, rounded to eighths and tuned by a scan (Erf -7/8, Tanh -6/8), so the
+restriction costs almost nothing while the protocol needs one product fewer (T2 and Q,
+not T3 and T4).
 
-The fit covers |x| <= XMAX = 4.375 only: the protocol's comparisons see x cut to 3
-fractional bits, so the polynomial piece may be taken up to x < 4 + 3/8 (and down to
--4.25), never beyond.
+The fit covers |x| <= XMAX = 4.1875 only: the protocol's comparisons see x cut to 4
+fractional bits, so the polynomial piece may be taken up to x < 4 + 3/16 (and down to
+-4.125), never beyond.
 
 Lawson's algorithm (iteratively reweighted least squares on the absolute error) on
 Chebyshev points of w, pure Python (no numpy). Prints, per GeLU form, A8, the
@@ -28,7 +29,7 @@ import math
 
 S, K = 7, 13
 T2 = 2.0 ** (S + 1) / K
-XMAX = 4.375
+XMAX = 4.1875
 NODES = 800
 ITERS = 150
 
@@ -87,7 +88,7 @@ def poly(c, a, x):
     return x / 2.0 + sum(ci * bi for ci, bi in zip(c, basis(w, a)))
 
 
-for name, gelu, a8 in (("Erf", gelu_erf, -12), ("Tanh", gelu_tanh, -11)):
+for name, gelu, a8 in (("Erf", gelu_erf, -7), ("Tanh", gelu_tanh, -6)):
     a = a8 / 8.0
     c = fit(gelu, a)
     grid = [-XMAX + 2.0 * XMAX * i / 200000 for i in range(200001)]
