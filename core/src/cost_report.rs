@@ -776,6 +776,8 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
         "gelu_with(GeluFit::MINIMAX)",
         "gelu_precise(GeluForm::Erf)",
         "gelu_precise(GeluForm::Tanh)",
+        "gelu_chebyshev(GeluForm::Erf)",
+        "gelu_chebyshev(GeluForm::Tanh)",
         "silu (piecewise polynomial)",
         "silu_precise, Minimax",
         "silu_precise, Taylor2 t = 8",
@@ -798,9 +800,11 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
                         2 => proto::gelu_with(c, &x, &GeluFit::MINIMAX).await,
                         3 => proto::gelu_precise(c, &x, GeluForm::Erf).await,
                         4 => proto::gelu_precise(c, &x, GeluForm::Tanh).await,
-                        5 => proto::silu(c, &x).await,
-                        6 => proto::silu_precise(c, &x, ExpApprox::Minimax).await,
-                        7 => {
+                        5 => proto::gelu_chebyshev(c, &x, GeluForm::Erf).await,
+                        6 => proto::gelu_chebyshev(c, &x, GeluForm::Tanh).await,
+                        7 => proto::silu(c, &x).await,
+                        8 => proto::silu_precise(c, &x, ExpApprox::Minimax).await,
+                        9 => {
                             let a = ExpApprox::Taylor2 { squarings: 8 };
                             proto::silu_precise(c, &x, a).await
                         }

@@ -120,6 +120,8 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("gelu_with(GeluFit::MINIMAX)", 8, 4458.0),
     ("gelu_precise(GeluForm::Erf)", 10, 3200.0),
     ("gelu_precise(GeluForm::Tanh)", 10, 3200.0),
+    ("gelu_chebyshev(GeluForm::Erf)", 9, 2514.0),
+    ("gelu_chebyshev(GeluForm::Tanh)", 9, 2514.0),
     ("silu (piecewise polynomial)", 8, 3488.0),
     ("silu_precise, Minimax", 36, 13176.0),
     ("silu_precise, Taylor2 t = 8", 44, 14348.0),

@@ -519,6 +519,166 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
 }
 
+/// [`gelu_chebyshev`]'s coefficients k_0 … k_7 of E(x) = GeLU(x) − x/2 in the basis
+/// 1, w, T_2, Q, w·T_2, w·Q, T_2·Q, Q² (w = K·x²/2^S − 1 ([`CHEB_SCALE`]), T_2 = 2w² − 1,
+/// Q = T_2·(T_2 + a·w), a = [`CHEB_A8_ERF`]/8), fitted for |x| ≤ 4.1875 by
+/// scripts/fit-gelu-cheb.py (max |err| 6.2e-5 in plaintext).
+const CHEB_ERF: [f64; 8] = [
+    1.411_497_224_712_575_9,
+    0.902_786_644_756_351_3,
+    -0.195_353_264_001_029_7,
+    -0.055_440_346_711_072_59,
+    0.096_385_753_638_373_16,
+    0.030_921_607_872_407_58,
+    -0.019_843_662_126_674_93,
+    -0.005_055_811_876_076_02,
+];
+/// 8·a for the erf form: Q² ≈ 16(w⁸ + a·w⁷ + …) carries the w⁷ coefficient that the
+/// unrestricted degree-8 fit has, relative to its w⁸ coefficient (tuned by a scan).
+const CHEB_A8_ERF: i64 = -7;
+
+/// As [`CHEB_ERF`] for the tanh form (max |err| 7.3e-5 in plaintext).
+const CHEB_TANH: [f64; 8] = [
+    1.411_456_221_683_308_4,
+    0.902_920_946_256_785_2,
+    -0.197_222_307_639_944_7,
+    -0.057_155_092_869_598_495,
+    0.102_332_113_746_836_07,
+    0.031_866_782_857_411_52,
+    -0.020_596_069_313_332_875,
+    -0.005_576_098_723_083_68,
+];
+/// As [`CHEB_A8_ERF`] for the tanh form.
+const CHEB_A8_TANH: i64 = -6;
+
+/// (S, K) of [`gelu_chebyshev`]'s variable w = K·x²/2^S − 1 = 2x²/T² − 1 with
+/// T² = 2^(S+1)/K = 19.69 (T = 4.437 ≥ 4.1875, the widest input that can take the
+/// polynomial piece). K is a small integer, so w is exact before its one truncation.
+const CHEB_SCALE: (u32, u64) = (7, 13);
+/// Fractional bits of w, T_2 and Q in [`gelu_chebyshev`].
+const CHEB_POWER_BITS: u32 = 18;
+/// Fractional bits of [`gelu_chebyshev`]'s coefficients k_4 … k_7 (second factors of
+/// the final products); k_1 … k_3 get 18 more, k_0 36 more.
+const CHEB_COEFF_BITS: u32 = 20;
+/// Fractional bits that [`gelu_chebyshev`]'s comparisons keep (x cut locally).
+const CHEB_CMP_FRAC_BITS: u32 = 4;
+/// Ring width of [`gelu_chebyshev`]'s comparisons: the cut x (⌊16x⌋ − e, e ≤ 2) minus
+/// either breakpoint (−66 or 64 on that grid) must stay in [−2^17, 2^17), i.e.
+/// |x| < 8187.875.
+const CHEB_CMP_RING_BITS: u32 = 18;
+
+/// GeLU to 1.3e-4 (`Erf`) or 9e-5 (`Tanh`) for 79 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
+/// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
+/// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
+/// 18-bit ring. This crate's design (docs/PROTOCOLS.md, GeLU).
+///
+/// The polynomial: from the shares w, T_2 = 2w² − 1 and Q = T_2·(T_2 + a·w), the final
+/// fused sum of products gives every polynomial
+/// k_0 + k_1·w + k_2·T_2 + k_3·Q + k_4·w·T_2 + k_5·w·Q + k_6·T_2·Q + k_7·Q²: all of degree
+/// ≤ 6 in w, and a degree-8 part whose w⁷ coefficient is a times its w⁸ coefficient.
+/// With a (in eighths, per form) taken from the unrestricted degree-8 fit, this costs no
+/// accuracy (6.2e-5 in plaintext for `Erf`, 7.3e-5 for `Tanh`), and T_3 and T_4, which the Chebyshev
+/// recurrence would need, are never formed. All
+/// shares stay within [−1, 1.9] and the k_i within [−0.2, 1.5], so 18 fractional bits
+/// suffice ([`gelu_precise`]'s monomial coefficients reach 77 and need 28).
+///
+/// Schedule: branch A, b0 = `[x < −4 − 2^-3]`, b1 = `[x < 4]` in one batched MSB in
+/// Z_2^18 (6 rounds) on x cut to 4 fractional bits by a local shift of every component
+/// (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.125 always
+/// is; x < 4 always takes the polynomial and x ≥ 4.1875 never does, so the polynomial
+/// piece is only taken on [−4.125, 4.1875), where the fit holds. Then one B2A in its
+/// two-round form (2): 8 rounds. Branch B: w = 13·x²/2^7 − 1 (x·(13x) with the truncation
+/// by 25 fused into the reshare, 2), T_2 (2), Q (2), then the products Q·(k_5·w + k_6·T_2 +
+/// k_7·Q) and T_2·(k_4·w) as local cross terms, plus the linear part and x/2, at 2·18 + 20
+/// = 56 fractional bits, reshared and truncated to f bits at once (2): 8 rounds. Join:
+/// (b1 − b0)·P + (1 − b1)·x, one fused sum of products (1).
+///
+/// **Error** (measured, tests/gelu_layernorm.rs, 140,587 points: [−16, 16] in steps of
+/// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±8187.8): max |err| vs the
+/// exact form 1.24e-4 for `Erf` (bounded by the cut at ±4, 4·Φ(−4) = 1.27e-4; fit 6.2e-5)
+/// and 8.8e-5 for `Tanh` (fit 7.3e-5, cut 7e-5). Outputs are exactly 0 for x < −4.125
+/// and exactly x for x ≥ 4.1875. **Range**: |x| < 8187.875 (the comparisons; 0.125
+/// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
+/// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
+///
+/// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18 bits),
+/// 2·256 (B2A), w (192 + 6·25 = 342), T_2 (192 + 6·17 = 294), Q (192 + 6·21 = 318), the
+/// final fused products truncated by 38 (192 + 228 = 420) and the join (192): **2514**
+/// (3200 for [`gelu_precise`]); **Bytes**: 2514·n/24 per party = 104.75 per element
+/// (exact for n divisible by 24).
+///
+/// # Errors
+/// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
+/// malformed.
+pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    let (p, q) = (CHEB_POWER_BITS, CHEB_COEFF_BITS);
+    let (s, k_scale) = CHEB_SCALE;
+    // f ≥ 12 keeps w's truncation (by 2f + S − p) positive and the comparisons' cut
+    // (by f − 4) meaningful; f ≤ 26 keeps 13·x² at 2f bits below 2^62 for |x| ≤ 4.1875
+    // and the final shift of x/2 to 2p + q bits non-negative.
+    if !(12..=26).contains(&f) {
+        return Err(Error::misuse(
+            "gelu_chebyshev needs 12 to 26 fractional bits",
+        ));
+    }
+    let cut = f.saturating_sub(CHEB_CMP_FRAC_BITS);
+    let cf = f - cut;
+    let width =
+        Width::new(CHEB_CMP_RING_BITS.min(64 - cut)).ok_or(Error::bug("activation width"))?;
+    // b0: the lower cut sits 2 ulps (of the cut grid) below −4, so an x ≥ −4 is never
+    // zeroed; b1: x < 4 always reads as below.
+    let lo = encode_at(-4.0, cf)?.wrapping_sub(2);
+    let breakpoints = [lo, encode_at(4.0, cf)?];
+    let (k, a8) = match form {
+        GeluForm::Erf => (CHEB_ERF, CHEB_A8_ERF),
+        GeluForm::Tanh => (CHEB_TANH, CHEB_A8_TANH),
+    };
+    let big = 2 * p + q; // fractional bits of the fused sum before the final truncation
+    // The constant at 2p + q bits, the linear terms at p + q (they multiply p-bit
+    // shares), the products' second factors at q (their products land at 2p + q).
+    let enc = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
+    let ka = [enc(0, big)?, enc(1, p + q)?, enc(2, p + q)?, enc(3, p + q)?];
+    let kb = [enc(4, q)?, enc(5, q)?, enc(6, q)?, enc(7, q)?];
+    let one = 1u64 << p;
+    let half_x = 1u64 << (big - f - 1); // x (f bits) ↦ x/2 at 2p + q bits
+
+    let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
+    let shifted = shift_components(x, cut);
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
+    let branch_b = async {
+        let c = &mut cbx;
+        // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
+        let w = super::mul::mul_trunc(c, x, &x.scale(k_scale), 2 * f + s - p).await?;
+        let w = w.add_public_scalar(one.wrapping_neg());
+        // 2w² at p bits, then T_2 = 2w² − 1.
+        let t2 = super::mul::square_trunc(c, &w, p - 1).await?;
+        let t2 = t2.add_public_scalar(one.wrapping_neg());
+        // Q = T_2·(8T_2 + 8a·w)/8 at p bits (8a is an integer).
+        let q_share =
+            super::mul::mul_trunc(c, &t2, &lincomb(&[(&t2, 8), (&w, a8 as u64)], 0)?, p + 3)
+                .await?;
+        // Σ k_i·(basis)_i at 2p + q bits: the products' local cross terms, then the linear
+        // part and x/2, all reshared and truncated to f bits at once.
+        let bq = lincomb(&[(&w, kb[1]), (&t2, kb[2]), (&q_share, kb[3])], 0)?;
+        let bt = w.scale(kb[0]);
+        let a_part = lincomb(
+            &[(x, half_x), (&w, ka[1]), (&t2, ka[2]), (&q_share, ka[3])],
+            ka[0],
+        )?;
+        let mut z = super::mul::cross_terms(&q_share, &bq);
+        let zt = super::mul::cross_terms(&t2, &bt);
+        for ((zk, tk), ak) in z.iter_mut().zip(&zt).zip(a_part.a()) {
+            *zk = zk.wrapping_add(*tk).wrapping_add(*ak);
+        }
+        super::reshare_trunc(c, z, big - f).await
+    };
+    let (bits, poly) = try_join(branch_a, branch_b).await?;
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
+}
+
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
 /// the verified alternative to PUMA's appendix; LLaMA's activation), comparisons in the
 /// narrow ring of [`ACTIVATION_RING_BITS`] = 32 bits:
