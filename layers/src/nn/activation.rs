@@ -39,7 +39,7 @@ impl Activation {
                 proto::gelu_with(ctx, x, &fit).await
             }
             (Activation::Gelu(form), GeluApprox::Precise, _) => {
-                proto::gelu_precise(ctx, x, form).await
+                proto::gelu_chebyshev(ctx, x, form).await
             }
             (Activation::Silu, _, SiluApprox::Piecewise) => proto::silu(ctx, x).await,
             (Activation::Silu, _, SiluApprox::Precise) => {

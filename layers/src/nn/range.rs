@@ -158,7 +158,7 @@ impl ActivationPeaks {
         let (act_limit, act) = match (spec.activation, settings.silu) {
             (Activation::Silu, SiluApprox::Precise) => (4096.0, "Precise SiLU"),
             (Activation::Silu, SiluApprox::Piecewise) => (8186.0, "SiLU"),
-            (Activation::Gelu(_), _) => (8188.0, "GeLU"),
+            (Activation::Gelu(_), _) => (8187.875, "GeLU"),
         };
         // A product's raw value must stay below 2^62: 2^(62 − 2f) in real terms.
         let product_limit = 2f64.powi(62 - 2 * fx.frac_bits() as i32);

@@ -10,8 +10,9 @@ pub enum GeluApprox {
     /// A piecewise polynomial of PUMA's shape and cost (8 rounds): [`GeluFit::PUMA`] (max
     /// error 0.0199) or [`GeluFit::MINIMAX`] (1.75e-3).
     Piecewise(GeluFit),
-    /// [`puma_core::proto::gelu_precise`] for the model's GeLU form (10 rounds, max error
-    /// ≤ 1.3e-4): needed for logits within 2e-2 of plaintext on trained checkpoints.
+    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (9 rounds, 2514 bits
+    /// per element, max error ≤ 1.3e-4): needed for logits within 2e-2 of plaintext on
+    /// trained checkpoints.
     Precise,
 }
 
