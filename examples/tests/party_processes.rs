@@ -317,7 +317,7 @@ fn decoder_matches_in_process(
     };
     let t0 = Instant::now();
     let loaded = llama::load_model(Path::new(model)).unwrap();
-    let report = llama::run_secure(loaded, &[prompt.to_vec()], &opts).unwrap();
+    let report = llama::run_secure(loaded, &[prompt.to_vec()], &opts, None).unwrap();
     let in_process = t0.elapsed();
     let r = report.prompts.into_iter().next().unwrap();
     let args = match given {

@@ -15,7 +15,9 @@ use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert};
 use puma_layers::bert::{BertBatch, BertConfig, BertWeights, load_bert};
 use puma_layers::gguf::GgufFile;
 use puma_layers::llama::{LlamaConfig, LlamaWeights, load_gguf, load_hf};
-use puma_layers::nn::{OutputMode, SecureSettings, SharedDecoder, forward_logits, generate};
+use puma_layers::nn::{
+    Decoding, OutputMode, SecureSettings, SharedDecoder, forward_logits, generate,
+};
 use puma_layers::{Gpt2Config, Gpt2Weights, load_gpt2};
 
 use crate::error::{FfiError, entry, puma_status};
@@ -430,9 +432,9 @@ pub unsafe extern "C" fn puma_session_start_generate(
                 client,
                 mine.as_deref(),
                 prompt_len,
-                max_new,
-                mode,
+                &Decoding::new(max_new, mode),
                 &settings,
+                None,
                 None,
             )
             .await?;

@@ -12,6 +12,7 @@
 //! - [`tokenizer`] (a checkpoint's own tokenizer, read with Hugging Face's `tokenizers`
 //!   crate for every architecture), [`gguf`], and [`kernel`] (a threaded matrix kernel for
 //!   large hosts).
+//! - [`stopping`]: a checkpoint's end-of-sequence ids (generation config, config, GGUF).
 //! - [`limits`]: the one bound on model size that every configuration is checked against
 //!   before any party allocates for it.
 //!
@@ -47,6 +48,7 @@ pub mod limits;
 pub mod llama;
 pub mod nn;
 mod safetensors_reader;
+pub mod stopping;
 pub mod tokenizer;
 
 pub use gpt2::config::{Activation, ConfigError, Gpt2Config, InputError};

@@ -13,7 +13,9 @@ use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::llama::load_hf;
 use puma_layers::llama::plain::PlainLlama;
-use puma_layers::nn::{OutputMode, SecureSettings, SharedDecoder, forward_logits, generate};
+use puma_layers::nn::{
+    Decoding, OutputMode, SecureSettings, SharedDecoder, forward_logits, generate,
+};
 
 const CLIENT: PartyId = PartyId::P0;
 const OWNER: PartyId = PartyId::P1;
@@ -74,9 +76,9 @@ fn tiny_random_secure_generation_matches_plaintext() {
                 CLIENT,
                 p,
                 prompt.len(),
-                steps,
-                OutputMode::RevealLogits,
+                &Decoding::new(steps, OutputMode::RevealLogits),
                 &SecureSettings::default(),
+                None,
                 None,
             )
             .await

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
-    DecoderArch, Generation, Observer, OutputMode, Progress, RangeError, SecureSettings,
-    SharedDecoder, decoder_range_check, generate,
+    DecoderArch, Decoding, Finish, Generation, Observer, OutputMode, Progress, RangeError,
+    SecureSettings, SharedDecoder, StopCheck, decoder_range_check, generate,
 };
 use puma_transports::{TransportError, mem};
 
@@ -24,12 +24,17 @@ pub const CLIENT: PartyId = PartyId::P0;
 pub const OWNER: PartyId = PartyId::P1;
 
 /// The settings of a secure generation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct RunOptions {
-    /// Tokens to generate after each prompt.
+    /// The most tokens to generate after each prompt.
     pub max_new_tokens: usize,
     /// What the client learns at each step.
     pub mode: OutputMode,
+    /// End-of-sequence ids: a prompt's generation ends after one of them (see
+    /// [`puma_layers::nn::Decoding::eos`]).
+    pub eos: Vec<u32>,
+    /// The client's stop test (stop strings), if any.
+    pub stop: Option<StopCheck>,
     /// Approximation settings of the secure evaluation.
     pub settings: SecureSettings,
     /// Also run the plaintext `f64` model and compare.
@@ -43,9 +48,37 @@ impl Default for RunOptions {
         RunOptions {
             max_new_tokens: 8,
             mode: OutputMode::RevealLogits,
+            eos: Vec::new(),
+            stop: None,
             settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
+        }
+    }
+}
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("max_new_tokens", &self.max_new_tokens)
+            .field("mode", &self.mode)
+            .field("eos", &self.eos)
+            .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
+            .field("settings", &self.settings)
+            .field("compare_plaintext", &self.compare_plaintext)
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+impl RunOptions {
+    /// The public decoding rules every party runs with.
+    pub fn decoding(&self) -> Decoding {
+        Decoding {
+            max_new: self.max_new_tokens,
+            mode: self.mode,
+            eos: self.eos.clone(),
+            client_stops: self.stop.is_some(),
         }
     }
 }
@@ -143,8 +176,8 @@ pub struct DecoderRun {
     pub elapsed: Duration,
 }
 
-/// Shares `weights` (the owner's) once and generates `opts.max_new_tokens` tokens greedily
-/// after each prompt in turn, three parties on three threads. `observer`, if any, receives
+/// Shares `weights` (the owner's) once and generates up to `opts.max_new_tokens` tokens
+/// greedily after each prompt in turn (fewer where `opts.eos` or `opts.stop` end it), three parties on three threads. `observer`, if any, receives
 /// the **client's** progress events.
 ///
 /// # Errors
@@ -179,12 +212,19 @@ where
     }
     let prompts_arc: Arc<Vec<Vec<u32>>> = Arc::new(prompts.to_vec());
     let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);
+    let decoding = Arc::new(opts.decoding());
     let start = Instant::now();
     let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
         let cfg = config.clone();
         let w = (me == OWNER).then(|| Arc::clone(weights));
         let ps = Arc::clone(&prompts_arc);
         let user_observer = if me == CLIENT { observer.clone() } else { None };
+        let decoding = Arc::clone(&decoding);
+        let stop = if me == CLIENT {
+            opts.stop.clone()
+        } else {
+            None
+        };
         move |mut ctx| async move {
             let t0 = Instant::now();
             let m0 = ctx.meter();
@@ -218,10 +258,10 @@ where
                     CLIENT,
                     prompt,
                     p.len(),
-                    max_new,
-                    mode,
+                    &decoding,
                     &settings,
                     Some(timing),
+                    stop.as_ref(),
                 )
                 .await?;
                 let ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
@@ -263,10 +303,13 @@ where
         .try_into()
         .map_err(|_| RunError::MissingOutput("result of every party"))?;
     for p in &parties[0].prompts {
-        if p.generation.ids.len() != max_new {
+        let g = &p.generation;
+        // Fewer ids only when a rule ended the generation early.
+        let n = g.ids.len();
+        if n > max_new || n == 0 || (n < max_new && g.finish == Finish::Length) {
             return Err(RunError::MissingOutput("generated ids"));
         }
-        if mode == OutputMode::RevealLogits && p.generation.logits.len() != max_new {
+        if mode == OutputMode::RevealLogits && g.logits.len() != n {
             return Err(RunError::MissingOutput("logits"));
         }
     }

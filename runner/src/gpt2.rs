@@ -15,7 +15,7 @@ use std::time::Duration;
 use puma_core::Stats;
 use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::{PlainGpt2, argmax_with_margin};
-use puma_layers::nn::{LayerCosts, Observer, OutputMode};
+use puma_layers::nn::{Finish, LayerCosts, Observer, OutputMode};
 use puma_layers::{Gpt2Config, Gpt2Weights, LoadError, load_gpt2};
 
 pub use crate::decoder::{CLIENT, OWNER, RunOptions, check_prompt};
@@ -168,6 +168,8 @@ pub struct Gpt2Report {
     pub mode: OutputMode,
     /// The generated ids the client learnt.
     pub secure_ids: Vec<u32>,
+    /// Why generation ended.
+    pub finish: Finish,
     /// The last-position logits the client learnt at each step (`RevealLogits` only).
     pub secure_logits: Vec<Vec<f64>>,
     /// The plaintext comparison, when asked for.
@@ -191,7 +193,7 @@ impl Gpt2Report {
     }
 }
 
-/// Runs secure greedy generation of `opts.max_new_tokens` tokens after `prompt` with three
+/// Runs secure greedy generation of up to `opts.max_new_tokens` tokens after `prompt` with three
 /// parties on three threads, and (with `opts.compare_plaintext`) the plaintext model on
 /// the same ids. `observer`, if any, receives the **client's** progress events.
 ///
@@ -228,6 +230,7 @@ pub fn run_secure(
         .next()
         .ok_or(RunError::MissingOutput("generation"))?;
     let secure_ids = first.generation.ids;
+    let finish = first.generation.finish;
     let secure_logits = first.generation.logits;
     let plaintext = if opts.compare_plaintext {
         // All parties have finished, so this is the only reference left.
@@ -242,6 +245,7 @@ pub fn run_secure(
         prompt_ids: prompt.to_vec(),
         mode: opts.mode,
         secure_ids,
+        finish,
         secure_logits,
         plaintext,
         elapsed: run.elapsed,

@@ -23,3 +23,4 @@ pub mod linear;
 pub mod llama;
 pub mod party;
 pub mod random_gpt2;
+pub mod streaming;

@@ -17,7 +17,7 @@ use puma_layers::gpt2::config::InputError;
 use puma_layers::gpt2::plain::argmax_with_margin;
 use puma_layers::llama::plain::PlainLlama;
 use puma_layers::llama::{LlamaConfig, LlamaLoadError, LlamaWeights, load_gguf, load_hf};
-use puma_layers::nn::LayerCosts;
+use puma_layers::nn::{Finish, LayerCosts, Observer};
 
 pub use crate::decoder::{CLIENT, OWNER, RunOptions, check_prompt};
 use crate::decoder::{RunError, run_decoder};
@@ -132,6 +132,8 @@ pub struct PromptResult {
     pub prompt_ids: Vec<u32>,
     /// The generated ids the client learnt.
     pub secure_ids: Vec<u32>,
+    /// Why generation ended.
+    pub finish: Finish,
     /// The last-position logits of each step (`RevealLogits` only).
     pub secure_logits: Vec<Vec<f64>>,
     /// The client's payload bytes and epochs per step (prompt step first).
@@ -170,6 +172,7 @@ impl LlamaReport {
 
 /// Shares the model once and runs secure greedy generation for each prompt in turn, three
 /// parties on three threads; with `opts.compare_plaintext` also the plaintext model.
+/// `observer`, if any, receives the **client's** progress events.
 ///
 /// # Errors
 /// [`LlamaError::Input`] for a prompt that does not fit, [`LlamaError::Run`] with the first
@@ -178,12 +181,13 @@ pub fn run_secure(
     model: LoadedLlama,
     prompts: &[Vec<u32>],
     opts: &RunOptions,
+    observer: Option<Observer>,
 ) -> Result<LlamaReport, LlamaError> {
     let LoadedLlama {
         config, weights, ..
     } = model;
     let weights = Arc::new(weights);
-    let run = run_decoder(&config, &weights, prompts, opts, None)?;
+    let run = run_decoder(&config, &weights, prompts, opts, observer)?;
     let plain = if opts.compare_plaintext {
         let w = Arc::try_unwrap(weights).unwrap_or_else(|w| (*w).clone());
         Some(PlainLlama::new(config.clone(), w)?)
@@ -204,6 +208,7 @@ pub fn run_secure(
         results.push(PromptResult {
             prompt_ids: p.clone(),
             secure_ids: g.ids,
+            finish: g.finish,
             secure_logits: g.logits,
             step_costs: g.step_costs,
             time: r.time,

@@ -32,7 +32,9 @@ use std::time::Duration;
 use puma_core::{Ctx, Error, PartyId, Width};
 use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert, run};
 use puma_layers::bert::{BertBatch, BertConfig, BertWeights};
-use puma_layers::nn::{DecoderArch, Observer, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_layers::nn::{
+    DecoderArch, Decoding, Observer, OutputMode, SecureSettings, SharedDecoder, generate,
+};
 use puma_transports::loopback::Network;
 use puma_transports::tls::{Identity, Pins, read_cert};
 use serde::Deserialize;
@@ -249,8 +251,11 @@ pub struct DecoderJob<A: DecoderArch> {
     pub weights: Option<Arc<A::Weights>>,
     /// The prompt ids, at the client only.
     pub prompt: Option<Arc<[u32]>>,
-    /// Tokens to generate (the client's choice; announced to the others).
+    /// The most tokens to generate (the client's choice; announced to the others).
     pub max_new_tokens: usize,
+    /// The model's end-of-sequence ids (public, from the checkpoint; all parties must
+    /// agree, so they are part of the model fingerprint).
+    pub eos: Vec<u32>,
     /// Approximation settings (all parties must agree).
     pub settings: SecureSettings,
 }
@@ -388,8 +393,10 @@ pub async fn agree_on_model(
 }
 
 /// The protocol one party runs for a decoder (GPT-2, LLaMA): the parties check that they
-/// run the same model ([`agree_on_model`]), the client announces the public sizes, the owner shares the weights, the client its prompt, and the parties
-/// generate greedily with the logits revealed to the client. Returns the generated ids at
+/// run the same model ([`agree_on_model`]), the client announces the public sizes, the
+/// owner shares the weights, the client its prompt, and the parties generate greedily with
+/// the logits revealed to the client, until the model's end-of-sequence id or the
+/// announced number of tokens. Returns the generated ids at
 /// the client, nothing elsewhere, or [`ModelDiffers`] at every party if the fingerprints
 /// differ.
 pub fn decoder_protocol<A>(
@@ -408,11 +415,15 @@ where
                 weights,
                 prompt,
                 max_new_tokens,
+                eos,
                 settings,
             } = job;
             let spec = config.spec()?;
-            let fingerprint =
-                model_fingerprint("decoder", &format!("{spec:?} {:?}", ctx.fixed()), &settings);
+            let fingerprint = model_fingerprint(
+                "decoder",
+                &format!("{spec:?} {:?} eos {eos:?}", ctx.fixed()),
+                &settings,
+            );
             if let Err(differs) = agree_on_model(&mut ctx, fingerprint).await? {
                 return Ok(Err(differs));
             }
@@ -444,10 +455,13 @@ where
                 CLIENT,
                 prompt.as_deref(),
                 prompt_len,
-                max_new,
-                OutputMode::RevealLogits,
+                &Decoding {
+                    eos,
+                    ..Decoding::new(max_new, OutputMode::RevealLogits)
+                },
                 &settings,
                 observer,
+                None,
             )
             .await?;
             Ok(Ok(generation.ids))

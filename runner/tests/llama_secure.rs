@@ -57,7 +57,7 @@ fn smollm2_secure_greedy_is_token_identical_to_the_reference() {
         max_new_tokens: 10,
         ..RunOptions::default()
     };
-    let report = run_secure(model, &prompts, &opts).unwrap();
+    let report = run_secure(model, &prompts, &opts, None).unwrap();
     for (k, r) in report.prompts.iter().enumerate() {
         let want = ids(&reference, &format!("p{}.greedy_new_ids", k + 1));
         println!(
@@ -88,7 +88,7 @@ fn tiny_random_secure_generation_and_comparison() {
         compare_plaintext: true,
         ..RunOptions::default()
     };
-    let report = run_secure(model.clone(), &[vec![65, 42, 1812, 314]], &opts).unwrap();
+    let report = run_secure(model.clone(), &[vec![65, 42, 1812, 314]], &opts, None).unwrap();
     let r = &report.prompts[0];
     let plain = r.plaintext.as_ref().unwrap();
     let err = plain.max_logit_error.unwrap();
@@ -104,11 +104,11 @@ fn tiny_random_secure_generation_and_comparison() {
     assert!(report.rounds() > 0);
     // Typed input errors.
     assert!(matches!(
-        run_secure(model.clone(), &[vec![]], &opts),
+        run_secure(model.clone(), &[vec![]], &opts, None),
         Err(LlamaError::Input(InputError::Empty))
     ));
     assert!(matches!(
-        run_secure(model, &[vec![49152]], &opts),
+        run_secure(model, &[vec![49152]], &opts, None),
         Err(LlamaError::Input(InputError::TokenOutOfRange { .. }))
     ));
 }

@@ -21,7 +21,7 @@ use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::gpt2::config::{Activation, Gpt2Config};
 use puma_layers::gpt2::weights::Gpt2Weights;
-use puma_layers::nn::{LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_layers::nn::{Decoding, LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
 use puma_runner::random_gpt2::random_weights;
 
 const WIDTH: usize = 768;
@@ -74,9 +74,9 @@ fn run(layers: usize, vocab: usize) -> Cost {
                 PartyId::P0,
                 (me == PartyId::P0).then_some(&prompt[..]),
                 PROMPT,
-                1,
-                OutputMode::RevealLogits,
+                &Decoding::new(1, OutputMode::RevealLogits),
                 &SecureSettings::default(),
+                None,
                 None,
             )
             .await

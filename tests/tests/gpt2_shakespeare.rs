@@ -43,6 +43,7 @@ fn secure_greedy_matches_the_reference_on_every_prompt() {
         settings: SecureSettings::default(),
         compare_plaintext: false,
         seed: 5,
+        ..RunOptions::default()
     };
     for p in ["p1", "p2", "p3", "p4"] {
         let prompt: Vec<u32> = tensor_i64(&st, &format!("{p}.input_ids"))

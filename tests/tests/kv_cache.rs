@@ -8,7 +8,9 @@ use std::sync::Arc;
 use puma_core::PartyId;
 use puma_core::sim::Sim;
 use puma_layers::gpt2::weights::load_gpt2;
-use puma_layers::nn::{Generation, LayerKind, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_layers::nn::{
+    Decoding, Generation, LayerKind, OutputMode, SecureSettings, SharedDecoder, generate,
+};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-tiny-random");
 
@@ -30,9 +32,9 @@ fn run(prompt: Vec<u32>, new_tokens: usize) -> (Generation, [Generation; 3]) {
                 PartyId::P0,
                 (me == PartyId::P0).then_some(&prompt[..]),
                 prompt.len(),
-                new_tokens,
-                OutputMode::RevealLogits,
+                &Decoding::new(new_tokens, OutputMode::RevealLogits),
                 &SecureSettings::default(),
+                None,
                 None,
             )
             .await

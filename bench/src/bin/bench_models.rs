@@ -42,7 +42,7 @@ use clap::Parser;
 use puma_core::{Config, PartyId};
 use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::{self as bert_secure, BatchShape, BertHeads, SharedBert};
-use puma_layers::nn::{LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate};
+use puma_layers::nn::{Decoding, LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate};
 use puma_runner::bert::{BERT_BASE, BERT_LARGE, BertShape, synthetic_ids, synthetic_model};
 use puma_runner::random_gpt2::{
     GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
@@ -348,9 +348,9 @@ fn run(shape: Gpt2Shape, layers: usize) -> Result<Figures, String> {
                 PartyId::P0,
                 (me == PartyId::P0).then_some(&prompt[..]),
                 PROMPT,
-                1,
-                OutputMode::RevealLogits,
+                &Decoding::new(1, OutputMode::RevealLogits),
                 &settings,
+                None,
                 None,
             )
             .await?;

@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use clap::Parser;
 use puma_core::{Config, PartyId};
-use puma_layers::nn::{Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate};
+use puma_layers::nn::{
+    Decoding, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
+};
 use puma_runner::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
 
 /// GPT-2 base shape (seeded random weights), 32 prompt tokens → N new tokens, three
@@ -79,10 +81,10 @@ fn main() -> ExitCode {
                 PartyId::P0,
                 (me == PartyId::P0).then_some(&prompt[..]),
                 prompt.len(),
-                new_tokens,
-                OutputMode::RevealLogits,
+                &Decoding::new(new_tokens, OutputMode::RevealLogits),
                 &settings,
                 observer,
+                None,
             )
             .await?;
             Ok((g, share_secs, share_bytes, t.elapsed().as_secs_f64()))

@@ -88,6 +88,8 @@ fn main() -> ExitCode {
             weights: (p == OWNER).then(|| Arc::clone(&weights)),
             prompt: (p == CLIENT).then(|| Arc::clone(&prompt)),
             max_new_tokens,
+            // Fixed-length runs: the figures are for exactly this many tokens.
+            eos: Vec::new(),
             settings: SecureSettings::default(),
         };
         decoder_protocol(p, job, None)

@@ -110,7 +110,7 @@ fn measure(
         .spec()
         .and_then(|s| s.share_rounds())
         .map_err(|e| e.to_string())?;
-    let r = run_secure(loaded, &[prompt], &opts).map_err(|e| e.to_string())?;
+    let r = run_secure(loaded, &[prompt], &opts, None).map_err(|e| e.to_string())?;
     let total: u64 = r.stats.iter().map(|s| s.payload_bytes_total()).sum();
     let bytes = (total - r.share_bytes) as f64;
     // The model's streamed sharing takes one round per chunk.

@@ -23,14 +23,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{CommandFactory, Parser, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use puma_core::proto::{ExpApprox, GeluFit};
-use puma_layers::nn::{GeluApprox, LayerKind, Observer, OutputMode, Progress, SecureSettings};
+use puma_layers::nn::{GeluApprox, LayerKind, OutputMode, SecureSettings};
+use puma_layers::stopping::eos_ids;
 use puma_layers::{Tokenizer, TokenizerSource};
 use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
 };
+use puma_runner::streaming::{LiveView, stop_on_strings};
 use serde_json::{Value, json};
 
 /// What the client learns at each step.
@@ -126,9 +127,16 @@ struct Args {
     /// Token ids instead of text, comma-separated (e.g. 15496,995).
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     prompt_ids: Option<Vec<u32>>,
-    /// Tokens to generate.
+    /// The most tokens to generate (fewer if the model ends its text or a --stop string
+    /// appears).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_new_tokens: u64,
+    /// End generation once the generated text contains TEXT (repeatable; kept in the output).
+    #[arg(long = "stop", value_name = "TEXT", value_parser = non_empty)]
+    stop: Vec<String>,
+    /// Generate all --max-new-tokens even past the model's end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
     /// A Hugging Face GPT-2 directory (config.json + model.safetensors, and its tokenizer
     /// files); default: the embedded models/gpt2-shakespeare.
     #[arg(long, value_name = "DIR")]
@@ -155,6 +163,15 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only: real parties use the OS).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
+}
+
+/// A --stop value: any text but the empty one.
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a stop string must not be empty".to_owned())
+    } else {
+        Ok(s.to_owned())
+    }
 }
 
 fn main() -> ExitCode {
@@ -226,12 +243,18 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,
+        ..RunOptions::default()
     };
+    let mut opts = opts;
 
     let t_load = Instant::now();
     let model = load_model(&dir).map_err(|e| chain(&e))?;
     let load_secs = t_load.elapsed().as_secs_f64();
-    let tok = Tokenizer::from_gpt2_dir(&dir).map_err(|e| chain(&e))?;
+    let tok = Arc::new(Tokenizer::from_gpt2_dir(&dir).map_err(|e| chain(&e))?);
+    if !args.ignore_eos {
+        opts.eos = eos_ids(&dir).map_err(|e| chain(&e))?;
+    }
+    opts.stop = stop_on_strings(Arc::clone(&tok), args.stop.clone());
     if tok.source() == &TokenizerSource::BuiltinGpt2 {
         // Not silent: a fine-tune saved without its tokenizer files may need other ids.
         eprintln!(
@@ -278,42 +301,25 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
     }
 
-    // Progress over layers × tokens, fed by the client's events.
-    let total = (max_new as u64).saturating_mul(cfg.n_layer as u64);
-    let bar = if args.json || !std::io::stderr().is_terminal() {
-        ProgressBar::hidden()
-    } else {
-        let b = ProgressBar::new(total);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:32.cyan/blue} {pos}/{len} layers · {msg}",
-        ) {
-            b.set_style(style.progress_chars("=> "));
-        }
-        b.enable_steady_tick(std::time::Duration::from_millis(120));
-        b
-    };
-    bar.set_message("sharing the model");
-    let observer: Observer = {
-        let bar = bar.clone();
-        let n_layer = cfg.n_layer;
-        Arc::new(move |ev: Progress| match ev {
-            Progress::Layer { step, layer } => {
-                bar.inc(1);
-                let what = if step == 0 {
-                    "prompt".to_owned()
-                } else {
-                    format!("token {}/{max_new}", step + 1)
-                };
-                bar.set_message(format!("{what}, block {}/{n_layer}", layer + 1));
-            }
-            Progress::Step { step } => {
-                bar.set_message(format!("token {}/{max_new} done", step + 1));
-            }
-        })
-    };
-
+    // A bar while the model is shared and the prompt runs, then the text as it comes.
+    let streams = !args.json && mode != Mode::Private;
+    let view = Arc::new(LiveView::new(
+        cfg.n_layer,
+        max_new,
+        !args.json && std::io::stderr().is_terminal(),
+        streams.then(|| Arc::clone(&tok)),
+    ));
+    if streams {
+        print!(
+            "\n{}",
+            prompt_text
+                .clone()
+                .unwrap_or_else(|| decode(&tok, &prompt_ids))
+        );
+    }
+    let observer = view.observer(cfg.n_layer, max_new);
     let result = run_secure(model, &prompt_ids, &opts, Some(observer));
-    bar.finish_and_clear();
+    view.finish();
     let report = result.map_err(|e| chain(&e))?;
 
     if args.json {
@@ -327,7 +333,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
         println!("{v}");
     } else {
-        print_summary(&report, &tok, prompt_text.as_deref());
+        print_summary(&report, &tok, prompt_text.as_deref(), streams);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -382,6 +388,7 @@ fn to_json(
         "prompt": prompt_text,
         "prompt_ids": r.prompt_ids,
         "secure_ids": r.secure_ids,
+        "finish": r.finish.name(),
         "plaintext_ids": plain.map(|p| &p.ids),
         "ids_match": plain.map(|p| p.first_mismatch(&r.secure_ids).is_none()),
         "first_mismatch": plain.and_then(|p| p.first_mismatch(&r.secure_ids)),
@@ -435,13 +442,16 @@ fn mb(bytes: u64) -> String {
     format!("{:.3} MB", bytes as f64 / 1e6)
 }
 
-fn print_summary(r: &Gpt2Report, tok: &Tokenizer, prompt_text: Option<&str>) {
-    let prompt = prompt_text.map_or_else(|| decode(tok, &r.prompt_ids), str::to_owned);
-    let generated = decode(tok, &r.secure_ids);
-    println!();
-    println!("{prompt}{generated}");
+fn print_summary(r: &Gpt2Report, tok: &Tokenizer, prompt_text: Option<&str>, streamed: bool) {
+    if !streamed {
+        let prompt = prompt_text.map_or_else(|| decode(tok, &r.prompt_ids), str::to_owned);
+        let generated = decode(tok, &r.secure_ids);
+        println!();
+        println!("{prompt}{generated}");
+    }
     println!();
     println!("secure ids:    {:?}", r.secure_ids);
+    println!("ended by {}", r.finish.describe());
     if let Some(p) = &r.plaintext {
         println!("plaintext ids: {:?}", p.ids);
         match p.first_mismatch(&r.secure_ids) {

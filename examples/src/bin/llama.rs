@@ -14,8 +14,10 @@
 //! `LlamaForCausalLM` directory (`config.json`, `model.safetensors`, `tokenizer.json`);
 //! the default is the fetched SmolLM2 GGUF.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
@@ -23,10 +25,12 @@ use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::nn::OutputMode;
 use puma_layers::nn::{SecureSettings, SiluApprox};
+use puma_layers::stopping::eos_ids;
 use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::llama::{
     LlamaReport, RunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
 };
+use puma_runner::streaming::{LiveView, stop_on_strings};
 use serde_json::json;
 
 /// What the client learns at each step.
@@ -63,9 +67,16 @@ struct Args {
     /// Token ids instead of text, comma-separated.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     prompt_ids: Option<Vec<u32>>,
-    /// Tokens to generate.
+    /// The most tokens to generate (fewer if the model ends its answer or a --stop string
+    /// appears).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_new_tokens: u64,
+    /// End generation once the generated text contains TEXT (repeatable; kept in the output).
+    #[arg(long = "stop", value_name = "TEXT", value_parser = non_empty)]
+    stop: Vec<String>,
+    /// Generate all --max-new-tokens even past the model's end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
     /// A LLaMA GGUF file or a Hugging Face directory; default: the fetched SmolLM2 GGUF.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
@@ -84,6 +95,15 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
+}
+
+/// A --stop value: any text but the empty one.
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a stop string must not be empty".to_owned())
+    } else {
+        Ok(s.to_owned())
+    }
 }
 
 fn main() -> ExitCode {
@@ -125,7 +145,7 @@ fn run(args: &Args) -> Result<(), String> {
             path.display()
         ));
     }
-    let tok = tokenizer(&path)?;
+    let tok = Arc::new(tokenizer(&path)?);
     let prompt_text = match (&args.prompt_ids, &args.chat) {
         (Some(_), _) => None,
         (None, Some(msg)) => Some(format!(
@@ -157,6 +177,12 @@ fn run(args: &Args) -> Result<(), String> {
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,
+        eos: if args.ignore_eos {
+            Vec::new()
+        } else {
+            eos_ids(&path).map_err(|e| chain(&e))?
+        },
+        stop: stop_on_strings(Arc::clone(&tok), args.stop.clone()),
     };
     let t_load = Instant::now();
     let model = load_model(&path).map_err(|e| chain(&e))?;
@@ -176,7 +202,21 @@ fn run(args: &Args) -> Result<(), String> {
         println!("prompt ids ({}): {prompt_ids:?}", prompt_ids.len());
         println!("running 3 parties in memory: P0 client, P1 model owner, P2 helper ...");
     }
-    let report = run_secure(model, &[prompt_ids], &opts).map_err(|e| chain(&e))?;
+    // A bar while the model is shared and the prompt runs, then the text as it comes.
+    let streams = !args.json && mode != OutputMode::Private;
+    let view = Arc::new(LiveView::new(
+        cfg.num_hidden_layers,
+        max_new,
+        !args.json && std::io::stderr().is_terminal(),
+        streams.then(|| Arc::clone(&tok)),
+    ));
+    if streams {
+        print!("\n{}", text(&tok, &prompt_ids));
+    }
+    let observer = view.observer(cfg.num_hidden_layers, max_new);
+    let result = run_secure(model, &[prompt_ids], &opts, Some(observer));
+    view.finish();
+    let report = result.map_err(|e| chain(&e))?;
     if args.json {
         println!("{}", to_json(&report, &tok));
     } else {
@@ -202,6 +242,7 @@ fn to_json(r: &LlamaReport, tok: &Tokenizer) -> serde_json::Value {
         },
         "prompt_ids": p.map(|p| p.prompt_ids.clone()),
         "ids": p.map(|p| p.secure_ids.clone()),
+        "finish": p.map(|p| p.finish.name()),
         "text": p.map(|p| text(tok, &p.secure_ids)),
         "plaintext_ids": plain.map(|c| c.ids.clone()),
         "max_logit_error": plain.and_then(|c| c.max_logit_error),
@@ -219,6 +260,7 @@ fn to_json(r: &LlamaReport, tok: &Tokenizer) -> serde_json::Value {
 fn print_summary(r: &LlamaReport, tok: &Tokenizer) {
     for p in &r.prompts {
         println!("secure ids: {:?}", p.secure_ids);
+        println!("ended by {}", p.finish.describe());
         println!("secure text: {:?}", text(tok, &p.secure_ids));
         if let Some(c) = &p.plaintext {
             println!("plaintext ids: {:?}", c.ids);

@@ -26,6 +26,7 @@ use puma_core::{Config, PartyId, Session};
 use puma_layers::bert::{BertBatch, BertConfig};
 use puma_layers::llama::LlamaConfig;
 use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_check};
+use puma_layers::stopping::eos_ids;
 use puma_layers::{Gpt2Config, Tokenizer, TokenizerSource};
 use puma_runner::decoder::check_prompt;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
@@ -474,7 +475,13 @@ fn load_gpt2_party(
         None
     };
     let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
-    let job = decoder_job(args, config, weights, encode)?;
+    // Random weights have no end-of-sequence rule: they generate the tokens asked for.
+    let eos = if args.random_shape.is_some() {
+        Vec::new()
+    } else {
+        eos_ids(dir).map_err(model_err)?
+    };
+    let job = decoder_job(args, config, weights, encode, eos)?;
     Ok((PartyModel::Gpt2(job), tok))
 }
 
@@ -506,7 +513,8 @@ fn load_llama_party(
         (true, false) => Some(Tokenizer::from_dir(path).map_err(model_err)?),
     };
     let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
-    let job = decoder_job(args, config, weights, encode)?;
+    let eos = eos_ids(path).map_err(model_err)?;
+    let job = decoder_job(args, config, weights, encode, eos)?;
     Ok((PartyModel::Llama(job), tok))
 }
 
@@ -517,6 +525,7 @@ fn decoder_job<A: DecoderArch>(
     config: A,
     weights: Option<Arc<A::Weights>>,
     encode: Option<impl Fn(&str) -> Result<Vec<u32>, puma_layers::TokenizerError>>,
+    eos: Vec<u32>,
 ) -> Result<DecoderJob<A>, PartyError> {
     let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
     if let Some(w) = &weights {
@@ -544,6 +553,7 @@ fn decoder_job<A: DecoderArch>(
         weights,
         prompt,
         max_new_tokens: max_new,
+        eos,
         settings: SecureSettings::default(),
     })
 }

@@ -1,9 +1,9 @@
 //! The one decoder path: a decoder-only Transformer (GPT-2, LLaMA and their kin) described
 //! by a public [`DecoderSpec`], shared from the owner's weights through a
 //! [`DecoderArch`] (the architecture's wiring: which checkpoint tensor feeds which shared
-//! tensor, in which layout), evaluated by one forward pass and one generation loop with a
-//! secret-shared KV cache (each further token costs one row of work) and three output
-//! modes.
+//! tensor, in which layout), evaluated by one forward pass over a secret-shared KV cache
+//! (each further token costs one row of work); the generation loop over it is
+//! [`super::generate`].
 
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use super::activation::Activation;
 use super::attention::{self, Heads, KvCache, split_heads, transpose};
 use super::cost::{LayerCosts, LayerKind};
 use super::embedding::{embed, share_one_hot};
+use super::generate::{Observer, Progress};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
 use super::plan::{TensorPlan, share_plan};
@@ -386,7 +387,7 @@ pub struct SharedDecoder {
     embed: Shares,
     positions: Option<Shares>,
     blocks: Vec<Block>,
-    final_norm: Norm,
+    pub(super) final_norm: Norm,
     head: Option<Shares>,
 }
 
@@ -533,12 +534,12 @@ impl SharedDecoder {
         &self.spec
     }
 
-    fn head(&self) -> &Shares {
+    pub(super) fn head(&self) -> &Shares {
         self.head.as_ref().unwrap_or(&self.embed)
     }
 
     /// The embeddings of `rows` one-hot rows at positions `start..start + rows`.
-    async fn embed_rows(
+    pub(super) async fn embed_rows(
         &self,
         ctx: &mut Ctx,
         one_hot: &Shares,
@@ -556,7 +557,7 @@ impl SharedDecoder {
     /// Evaluates the blocks on `x` (`rows × d`, positions `cache.len()..`), extending the
     /// cache; returns the residual stream before the final norm.
     #[allow(clippy::too_many_arguments)]
-    async fn blocks_forward(
+    pub(super) async fn blocks_forward(
         &self,
         ctx: &mut Ctx,
         mut x: Shares,
@@ -724,52 +725,6 @@ impl RopeMap {
     }
 }
 
-/// How the client learns the result of each generation step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputMode {
-    /// The last position's logits are revealed to the client, which picks the next id and
-    /// shares its one-hot for the next step.
-    RevealLogits,
-    /// The parties compute the argmax securely and reveal only the id to the client.
-    SecureArgmax,
-    /// Generated ids stay shared (the argmax one-hot embeds the next token) and are revealed
-    /// to the client only at the end.
-    Private,
-}
-
-/// Events for a progress display.
-#[derive(Clone, Copy, Debug)]
-pub enum Progress {
-    /// Block `layer` of the current step finished.
-    Layer {
-        /// The generation step (0 = the prompt).
-        step: usize,
-        /// The block index.
-        layer: usize,
-    },
-    /// A generation step finished.
-    Step {
-        /// The generation step (0 = the prompt).
-        step: usize,
-    },
-}
-
-/// A progress observer (called by every party; a display usually listens to one).
-pub type Observer = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
-
-/// What one secure generation produced at one party.
-#[derive(Clone, Debug, Default)]
-pub struct Generation {
-    /// The generated ids, at the client only (empty elsewhere).
-    pub ids: Vec<u32>,
-    /// The revealed last-position logits of each step (client only, `RevealLogits` mode).
-    pub logits: Vec<Vec<f64>>,
-    /// Communication per layer kind at this party.
-    pub costs: LayerCosts,
-    /// Payload bytes and epochs of the prompt step and of each further step.
-    pub step_costs: Vec<(u64, u32)>,
-}
-
 /// One forward pass over a whole sequence, revealing the logits of **every** position to
 /// the client (for perplexity and element-wise checks against a reference). The client
 /// passes its ids (`Some` at the client only); `len` is public. Returns the `len × vocab`
@@ -813,139 +768,4 @@ pub async fn forward_logits(
     Ok(proto::reveal_to(ctx, &logits, client)
         .await?
         .map(|raw| fx.decode_slice(&raw)))
-}
-
-/// Greedy generation of `max_new` tokens under secure computation, with the secret KV
-/// cache. The client passes its prompt ids (`Some` at the client only); every party passes
-/// the prompt length, which is public. Ties in the argmax go to the lowest id.
-///
-/// # Errors
-/// `Misuse` for an empty or too long prompt or ids outside the vocabulary; `Protocol` on a
-/// malformed message.
-#[allow(clippy::too_many_arguments)]
-pub async fn generate(
-    ctx: &mut Ctx,
-    model: &SharedDecoder,
-    client: PartyId,
-    prompt: Option<&[u32]>,
-    prompt_len: usize,
-    max_new: usize,
-    mode: OutputMode,
-    settings: &SecureSettings,
-    observer: Option<Observer>,
-) -> Result<Generation, Error> {
-    let spec = &model.spec;
-    let (d, v) = (spec.d, spec.vocab);
-    if prompt_len == 0 || prompt_len.saturating_add(max_new) > spec.max_positions {
-        return Err(Error::misuse(
-            "prompt length plus new tokens must be in 1..=the model's maximum positions",
-        ));
-    }
-    let fx = ctx.fixed();
-    let mut out = Generation::default();
-    let mut cache = KvCache::default();
-    let mut generated_shared: Vec<Shares> = Vec::new();
-    // The first step's one-hot comes from the client; a step's costs include its input.
-    let mut step_begin = ctx.meter();
-    let mut one_hot = share_one_hot(ctx, client, prompt, prompt_len, 1, v).await?;
-    out.costs.add(LayerKind::Input, step_begin, ctx.meter());
-    let mut rows = prompt_len;
-    for step in 0..max_new {
-        let start = ctx.meter();
-        let mut next_input_begin = None;
-        let x = model.embed_rows(ctx, &one_hot, rows, cache.len()).await?;
-        out.costs.add(LayerKind::Embedding, start, ctx.meter());
-        let hidden = model
-            .blocks_forward(
-                ctx,
-                x,
-                rows,
-                &mut cache,
-                settings,
-                &mut out.costs,
-                step,
-                observer.as_ref(),
-            )
-            .await?;
-        // Only the last position is needed for the next token.
-        let m0 = ctx.meter();
-        let last = hidden.slice((rows - 1) * d..rows * d)?;
-        let last = model
-            .final_norm
-            .forward(ctx, &last, 1, d, settings.residual_bound)
-            .await?;
-        let m1 = ctx.meter();
-        out.costs.add(model.final_norm.kind(), m0, m1);
-        // head · lastᵀ: a `d`-vector is the same in both layouts.
-        let logits = proto::matmul_fixed(ctx, model.head(), &last, v, d, 1).await?;
-        let m2 = ctx.meter();
-        out.costs.add(LayerKind::LmHead, m1, m2);
-        match mode {
-            OutputMode::RevealLogits => {
-                let next = match proto::reveal_to(ctx, &logits, client).await? {
-                    Some(raw) => {
-                        let vals = fx.decode_slice(&raw);
-                        let id = argmax_lowest(&vals) as u32;
-                        out.ids.push(id);
-                        out.logits.push(vals);
-                        Some([id])
-                    }
-                    None => None,
-                };
-                out.costs.add(LayerKind::Output, m2, ctx.meter());
-                if step + 1 < max_new {
-                    let m3 = ctx.meter();
-                    next_input_begin = Some(m3);
-                    one_hot =
-                        share_one_hot(ctx, client, next.as_ref().map(|n| &n[..]), 1, 1, v).await?;
-                    out.costs.add(LayerKind::Input, m3, ctx.meter());
-                }
-            }
-            OutputMode::SecureArgmax | OutputMode::Private => {
-                let (_, hot) =
-                    proto::argmax_rows(ctx, &logits, 1, v, settings.logit_compare_width).await?;
-                let iota: Vec<u64> = (0..v as u64).collect();
-                let id_share = hot.mul_public(&iota)?.sum_chunks(v)?;
-                if mode == OutputMode::SecureArgmax {
-                    if let Some(raw) = proto::reveal_to(ctx, &id_share, client).await? {
-                        out.ids.push(raw.first().copied().unwrap_or(0) as u32);
-                    }
-                } else {
-                    generated_shared.push(id_share);
-                }
-                out.costs.add(LayerKind::Output, m2, ctx.meter());
-                one_hot = hot;
-            }
-        }
-        rows = 1;
-        let end = next_input_begin.unwrap_or_else(|| ctx.meter());
-        out.step_costs.push((
-            end.payload_bytes_sent - step_begin.payload_bytes_sent,
-            end.epoch - step_begin.epoch,
-        ));
-        step_begin = end;
-        if let Some(obs) = observer.as_ref() {
-            obs(Progress::Step { step });
-        }
-    }
-    if mode == OutputMode::Private && !generated_shared.is_empty() {
-        let all = Shares::concat(&generated_shared.iter().collect::<Vec<_>>())?;
-        if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
-            out.ids = raw.iter().map(|&x| x as u32).collect();
-        }
-    }
-    Ok(out)
-}
-
-/// The index of the largest value; ties go to the lowest index.
-pub fn argmax_lowest(vals: &[f64]) -> usize {
-    let mut best = 0;
-    let mut best_v = f64::NEG_INFINITY;
-    for (i, &v) in vals.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
-    }
-    best
 }

@@ -5,8 +5,9 @@
 //! input and embedding ([`embedding`]), norms and activations by name ([`norm`],
 //! [`activation`]), the owner's check of its weights against the protocols' ranges
 //! ([`range`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
-//! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only. BERT / RoBERTa
-//! build their encoder from the same layers (`crate::bert::secure`). See
+//! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only, with one
+//! generation loop ([`generate`]: output modes, end-of-sequence and stop rules). BERT /
+//! RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
 
 pub mod activation;
@@ -14,6 +15,7 @@ pub mod attention;
 pub mod cost;
 pub mod decoder;
 pub mod embedding;
+pub mod generate;
 pub mod linear;
 pub mod norm;
 pub mod plan;
@@ -24,8 +26,11 @@ pub use activation::Activation;
 pub use attention::{Heads, KvCache};
 pub use cost::{LayerCosts, LayerKind};
 pub use decoder::{
-    DecoderArch, DecoderSpec, DecoderTensor, Generation, Observer, OutputMode, Positions, Progress,
-    SharedDecoder, argmax_lowest, forward_logits, generate,
+    DecoderArch, DecoderSpec, DecoderTensor, Positions, SharedDecoder, forward_logits,
+};
+pub use generate::{
+    Decoding, Finish, Generation, Observer, OutputMode, Progress, StopCheck, argmax_lowest,
+    generate,
 };
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};

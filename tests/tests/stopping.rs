@@ -1,0 +1,174 @@
+//! Ending generation early: at an end-of-sequence id the model produces and at the client's
+//! own stop test, in every output mode, with the ids of the full run as the reference and
+//! the rounds each rule costs pinned against a run of as many tokens without it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use puma_core::sim::{Outcome, Sim};
+use puma_core::{ErrorKind, PartyId};
+use puma_layers::Gpt2Config;
+use puma_layers::gpt2::weights::{Gpt2Weights, load_gpt2};
+use puma_layers::nn::{
+    Decoding, Finish, Generation, OutputMode, SecureSettings, SharedDecoder, StopCheck, generate,
+};
+
+const SHAKESPEARE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+/// "ROMEO:", whose greedy continuation "\nI'll be" has five different ids.
+const PROMPT: [u32; 3] = [33676, 4720, 25];
+const MODES: [OutputMode; 3] = [
+    OutputMode::RevealLogits,
+    OutputMode::SecureArgmax,
+    OutputMode::Private,
+];
+
+fn model() -> Arc<(Gpt2Config, Gpt2Weights)> {
+    static MODEL: OnceLock<Arc<(Gpt2Config, Gpt2Weights)>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Arc::new(load_gpt2(Path::new(SHAKESPEARE)).unwrap()))
+        .clone()
+}
+
+/// Every party's generation under `decoding` (the client has `stop` if given).
+fn try_run(decoding: Decoding, stop: Option<StopCheck>) -> Outcome<Generation> {
+    let model = model();
+    let decoding = Arc::new(decoding);
+    Sim::new(3).run(move |me| {
+        let (model, decoding) = (model.clone(), decoding.clone());
+        let stop = if me == PartyId::P0 {
+            stop.clone()
+        } else {
+            None
+        };
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
+            generate(
+                &mut ctx,
+                &m,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&PROMPT[..]),
+                PROMPT.len(),
+                &decoding,
+                &SecureSettings::default(),
+                None,
+                stop.as_ref(),
+            )
+            .await
+        }
+    })
+}
+
+/// The generations and the run's rounds.
+fn run(decoding: Decoding, stop: Option<StopCheck>) -> ([Generation; 3], u32) {
+    let out = try_run(decoding, stop);
+    let rounds = out.rounds();
+    (out.into_results().unwrap(), rounds)
+}
+
+#[test]
+fn an_end_of_sequence_id_ends_generation_in_every_mode() {
+    for mode in MODES {
+        let (full, _) = run(Decoding::new(5, mode), None);
+        let ids = full[0].ids.clone();
+        assert_eq!(ids.len(), 5);
+        // Take the fourth token as end-of-sequence (listed twice: counted once).
+        let eos = ids[3];
+        let n = ids.iter().position(|&i| i == eos).unwrap() + 1;
+        assert_eq!(n, 4, "the reference continuation has distinct ids: {ids:?}");
+        let (g, rounds) = run(
+            Decoding {
+                eos: vec![eos, eos],
+                ..Decoding::new(5, mode)
+            },
+            None,
+        );
+        assert_eq!(g[0].ids, ids[..n], "{mode:?}");
+        assert_eq!(g[0].finish, Finish::Eos, "{mode:?}");
+        for other in &g[1..] {
+            assert!(other.ids.is_empty());
+            assert_eq!(
+                other.step_costs.len(),
+                n,
+                "{mode:?}: every party ends at once"
+            );
+        }
+        // Against n tokens with no rule: the client's final bit costs one round when it
+        // shares the tokens; the opened bit is free beside the revealed id; in Private
+        // mode each opened bit is a round.
+        let (_, plain_rounds) = run(Decoding::new(n, mode), None);
+        let extra = match mode {
+            OutputMode::RevealLogits => 1,
+            OutputMode::SecureArgmax => 0,
+            OutputMode::Private => n as u32,
+        };
+        assert_eq!(rounds, plain_rounds + extra, "{mode:?}");
+    }
+}
+
+#[test]
+fn the_clients_stop_test_ends_generation_in_every_mode() {
+    for mode in MODES {
+        let (full, _) = run(Decoding::new(4, mode), None);
+        let stop: StopCheck = Arc::new(|ids: &[u32]| ids.len() >= 2);
+        let (g, rounds) = run(
+            Decoding {
+                client_stops: true,
+                ..Decoding::new(4, mode)
+            },
+            Some(stop),
+        );
+        assert_eq!(g[0].ids, full[0].ids[..2], "{mode:?}");
+        assert_eq!(g[0].finish, Finish::Stop, "{mode:?}");
+        let (_, two_rounds) = run(Decoding::new(2, mode), None);
+        let (_, four_rounds) = run(Decoding::new(4, mode), None);
+        match mode {
+            // The parties generate on; the client cuts the output at the end.
+            OutputMode::Private => {
+                assert_eq!(g[1].finish, Finish::Length);
+                assert_eq!(rounds, four_rounds);
+            }
+            _ => {
+                // The others learn only that the client ended it, after the second token.
+                assert_eq!(g[1].finish, Finish::Ended, "{mode:?}");
+                assert_eq!(g[2].step_costs.len(), 2, "{mode:?}");
+                // The final bit costs a round; in SecureArgmax mode every bit does.
+                let extra = if mode == OutputMode::SecureArgmax {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(rounds, two_rounds + extra, "{mode:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_rules_are_refused() {
+    // The party that finds the misuse fails with it (the others may see its abort first).
+    let misuse = |out: Outcome<Generation>| {
+        out.results
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Misuse))
+    };
+    let outside = Decoding {
+        eos: vec![50257],
+        ..Decoding::new(2, OutputMode::RevealLogits)
+    };
+    assert!(
+        misuse(try_run(outside, None)),
+        "an id outside the vocabulary"
+    );
+    let no_test = Decoding {
+        client_stops: true,
+        ..Decoding::new(2, OutputMode::RevealLogits)
+    };
+    assert!(
+        misuse(try_run(no_test, None)),
+        "a client without its stop test"
+    );
+}
