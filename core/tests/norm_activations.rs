@@ -351,6 +351,131 @@ fn silu_precise_costs_are_pinned() {
     assert_eq!(990 + 2 * 3782 + 3578 + 2 * 372 + 300, 13_176);
 }
 
+/// The Chebyshev SiLU on 120,001 points of [−30, 30] (steps of 5e-4), 98,305 points of
+/// [−12, 12] (steps of 2^-12), 20,000 LLaMA-like gate inputs, both sides of every cut
+/// (the sign test near 0 and 3/16, the range test near ±11.4375 and ±11.5625) and values
+/// out to the range end ±4095.8: max |y − SiLU(x)| ≤ 1.6e-4, exactly 0 or x beyond the
+/// range test.
+#[test]
+fn silu_chebyshev_accuracy() {
+    let fx = fx();
+    let ulp = 1.0 / fx.scale();
+    let mut xs: Vec<f64> = (-60_000..=60_000).map(|i| f64::from(i) * 5e-4).collect();
+    xs.extend((-49_152..=49_152).map(|i| f64::from(i) / 4096.0));
+    for c in [0.0, 3.0 / 16.0, 183.0 / 16.0, 185.0 / 16.0, 11.0, 12.0] {
+        for d in [-2.0 * ulp, -ulp, 0.0, ulp, 2.0 * ulp] {
+            xs.push(c + d);
+            xs.push(-c + d);
+        }
+    }
+    xs.extend_from_slice(&[
+        100.0, -100.0, 1000.5, -1000.5, 4095.0, -4095.0, 4095.8, -4095.8,
+    ]);
+    // LLaMA's gate pre-activations: roughly normal, standard deviation 1 to 3, and a few
+    // heavy tails.
+    xs.extend((0..20_000u64).map(|i| (1.0 + 2.0 * unif(i, 92)) * normal(i, 91)));
+    xs.extend((0..2_000u64).map(|i| 20.0 * normal(i, 93)));
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, out) = run_on(51, raw.clone(), |mut ctx, x| async move {
+        proto::silu_chebyshev(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 2 + 15);
+    let (mut worst, mut at, mut sum) = (0.0f64, 0.0, 0.0);
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        let e = (fx.decode(yv) - silu_exact(x)).abs();
+        sum += e;
+        if e > worst {
+            worst = e;
+            at = x;
+        }
+        if x >= 185.0 / 16.0 {
+            assert_eq!(yv, r, "silu_chebyshev({x}) must be x");
+        }
+        if x <= -185.0 / 16.0 {
+            assert_eq!(yv, 0, "silu_chebyshev({x}) must be 0");
+        }
+    }
+    println!(
+        "silu_chebyshev: {} points, max |err| {worst:.3e} at x = {at}, mean {:.3e}",
+        xs.len(),
+        sum / xs.len() as f64
+    );
+    // Fit 1.41e-4 in plaintext, cut 1.23e-4 (g(11.4375)); the issue asks for 2e-4.
+    assert!(worst <= 1.6e-4, "{worst} at {at}");
+}
+
+/// The Chebyshev SiLU: 15 rounds, 3256 bits per element (a third per party), a quarter of
+/// the precise SiLU's 13,176.
+#[test]
+fn silu_chebyshev_costs_are_pinned() {
+    let n = 96usize;
+    let out = costs(n, |mut ctx, x| async move {
+        proto::silu_chebyshev(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 15);
+    assert_eq!(out.payload_bytes(), [3256 * n as u64 / 24; 3]);
+    // The two comparisons in Z_2^17 alone: 207 bits each, 5 rounds.
+    let w = puma_core::Width::new(17).unwrap();
+    let lt = costs(n, move |mut ctx, x| async move {
+        let b = proto::msb(&mut ctx, &x, w).await?;
+        Ok(Shares::zeros(b.party(), 0))
+    });
+    assert_eq!(
+        (lt.rounds(), lt.payload_bytes()),
+        (5, [207 * n as u64 / 24; 3])
+    );
+    // Sign 207 + B2A 384 + s·x 192; v 192 + 6·23; {a_3, T_2²} 2·(192 + 6·30); Q 192 + 6·18;
+    // the final fused products 192 + 6·42; range 207 + two-round B2A 256; join 192.
+    assert_eq!(
+        207 + 384
+            + 192
+            + (192 + 6 * 23)
+            + 2 * (192 + 6 * 30)
+            + (192 + 6 * 18)
+            + (192 + 6 * 42)
+            + 207
+            + 256
+            + 192,
+        3256
+    );
+}
+
+/// The Chebyshev SiLU refuses fixed-point formats outside 12..=23 fractional bits and maps
+/// empty inputs to empty outputs.
+#[test]
+fn silu_chebyshev_formats() {
+    for (f, ok) in [
+        (11u32, false),
+        (12, true),
+        (23, true),
+        (24, false),
+        (40, false),
+    ] {
+        let mut cfg = puma_core::Config::new(4);
+        cfg.fixed = FixedPoint::new(f).unwrap();
+        let out = Sim::new(12).with_config(cfg).run(|me| {
+            move |mut ctx: Ctx| async move {
+                let x = ctx.random_shares(3);
+                let a = proto::silu_chebyshev(&mut ctx, &x).await;
+                let e = proto::silu_chebyshev(&mut ctx, &Shares::zeros(me, 0)).await;
+                Ok((
+                    a.err().map(|e| e.kind()),
+                    e.map(|e| e.len()).map_err(|e| e.kind()),
+                ))
+            }
+        });
+        for (a, e) in out.into_results().unwrap() {
+            if ok {
+                assert_eq!((a, e), (None, Ok(0)), "f = {f}");
+            } else {
+                assert_eq!(a, Some(ErrorKind::Misuse), "f = {f}");
+                assert_eq!(e, Err(ErrorKind::Misuse), "f = {f}");
+            }
+        }
+    }
+}
+
 /// tanh on 24,001 points of [−12, 12] (both signs, zero, saturation), BERT-pooler-like
 /// normal inputs, and edges up to the range end.
 #[test]

@@ -28,6 +28,7 @@ pub use b2a::{b2a, mul_bit, select};
 pub use eq::{eq, eq_public};
 pub use gelu::{
     ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_precise, gelu_with, silu,
+    silu_chebyshev,
 };
 pub use input::{share_input, share_input_parts, share_input_streamed};
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
