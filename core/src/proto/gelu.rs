@@ -702,8 +702,8 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 /// **Range**: exact branch choice while |x ∓ 6| < 8192, i.e. |x| < 8186; powers of inputs
 /// outside [−6, 6) may wrap, harmlessly (their selector is 0). **Error** (measured,
 /// tests/gelu_layernorm.rs): max |err| vs exact SiLU 0.0148 on [−20, 20] (at x = 6,
-/// inherent to the fit), mean 0.0036; [`super::silu_precise`] is accurate to about 1e-5
-/// for 4.5 times the rounds.
+/// inherent to the fit), mean 0.0036; [`silu_chebyshev`] is accurate to 1.5e-4 for about
+/// twice the rounds and 93 % of the bits.
 ///
 /// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
 /// 4·192 (products) + 3·172 (truncations by f) + 2·208 (truncations by f + 6) + 192
@@ -804,12 +804,12 @@ const SILU_COEFF_BITS: u32 = 24;
 /// The range test of [`silu_chebyshev`]: t < 183/16 on t cut to 4 fractional bits.
 const SILU_RANGE_CUT: u64 = 183;
 /// Ring width of [`silu_chebyshev`]'s two comparisons: x and t = |x| cut to 4 fractional
-/// bits (⌊16x⌋ − e, e ≤ 2) minus 0 or 183 must stay in [−2^16, 2^16), i.e. |x| < 4095.8;
+/// bits (⌊16x⌋ − e, e ≤ 2) minus 0 or 183 must stay in [−2^16, 2^16), i.e. |x| < 4095.875;
 /// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
 const SILU_CMP_RING_BITS: u32 = 17;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 at a quarter of [`super::silu_precise`]'s bits and 15 rounds
-/// instead of 36: SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 3256 bits per element (the softmax-based
+/// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
 ///
@@ -833,19 +833,19 @@ const SILU_CMP_RING_BITS: u32 = 17;
 /// B2A in the two-round form (2): rounds 8 to 14. Join: y = ReLU − r·G, one product (1).
 /// The range test reads every t < 11.4375 as in range and every t ≥ 11.5625 as out.
 ///
-/// **Error** (measured, tests/norm_activations.rs, 169,034 points: [−30, 30] in steps of
+/// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
 /// 5e-4, [−12, 12] in steps of 2^-12, LLaMA-like gate inputs, the cuts, values out to
-/// ±4095): max |y − SiLU(x)| 1.5e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
+/// ±4095.8): max |y − SiLU(x)| 1.46e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
 /// costs g(11.4375) = 1.23e-4). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
-/// x ≥ 11.5625. **Range**: |x| < 4095.8 (the comparisons in Z_2^17, as
-/// [`super::silu_precise`]'s |x| < 4096); powers of t outside the fit may wrap the ring,
+/// x ≥ 11.5625. **Range**: |x| < 4095.875 (the comparisons in Z_2^17; the softmax-based
+/// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
 /// harmlessly, since r is exactly 0 there.
 ///
 /// Rounds: **15**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
 /// Z_2^17), 384 (the sign's B2A) + 256 (the range bit's, two-round), 192 (s·x), v
 /// (192 + 6·23 = 330), {a_3, T_2²} (2·(192 + 6·30) = 744), Q (192 + 6·18 = 300), the final
 /// fused products truncated by 42 (192 + 252 = 444) and the join (192): **3256**
-/// (13,176 for [`super::silu_precise`]); **Bytes**: 3256·n/24 per party = 135⅔ per
+/// (13,176 for the softmax-based SiLU); **Bytes**: 3256·n/24 per party = 135⅔ per
 /// element (exact for n divisible by 24).
 ///
 /// # Errors
