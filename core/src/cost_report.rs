@@ -779,8 +779,7 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
         "gelu_chebyshev(GeluForm::Erf)",
         "gelu_chebyshev(GeluForm::Tanh)",
         "silu (piecewise polynomial)",
-        "silu_precise, Minimax",
-        "silu_precise, Taylor2 t = 8",
+        "silu_chebyshev",
         "tanh",
     ];
     for (i, name) in acts.into_iter().enumerate() {
@@ -803,11 +802,7 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
                         5 => proto::gelu_chebyshev(c, &x, GeluForm::Erf).await,
                         6 => proto::gelu_chebyshev(c, &x, GeluForm::Tanh).await,
                         7 => proto::silu(c, &x).await,
-                        8 => proto::silu_precise(c, &x, ExpApprox::Minimax).await,
-                        9 => {
-                            let a = ExpApprox::Taylor2 { squarings: 8 };
-                            proto::silu_precise(c, &x, a).await
-                        }
+                        8 => proto::silu_chebyshev(c, &x).await,
                         _ => proto::tanh(c, &x).await,
                     }
                 }

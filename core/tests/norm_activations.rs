@@ -1,15 +1,15 @@
-//! RMSNorm (with input scaling), the precise SiLU and tanh against f64 plaintext: accuracy
+//! RMSNorm (with input scaling), the Chebyshev SiLU and tanh against f64 plaintext: accuracy
 //! on the value ranges LLaMA and BERT produce (massive activations up to 2.5e4 for
 //! RMSNorm), and pinned rounds and payload bytes.
 //!
 //! Error definitions used below, always against the f64 function of the decoded
 //! fixed-point inputs (input rounding to the f = 18 grid is not counted):
 //! - RMSNorm: elementwise |y − y_ref| / max(|y_ref|, 1), ε = 1e-5.
-//! - SiLU: |y − SiLU(x)| / max(|x|, 1).
+//! - SiLU: |y − SiLU(x)|.
 //! - tanh: |y − tanh(x)|.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use puma_core::proto::{self, ExpApprox, RmsScaling};
+use puma_core::proto::{self, RmsScaling};
 use puma_core::sim::{Outcome, Sim, reconstruct};
 use puma_core::{Ctx, Error, ErrorKind, FixedPoint, PartyId, Shares};
 
@@ -268,87 +268,129 @@ fn silu_exact(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
 
-/// The precise SiLU on 200,001 points of [−20, 20], plus edges and large inputs.
+/// The Chebyshev SiLU on 120,001 points of [−30, 30] (steps of 5e-4), 98,305 points of
+/// [−12, 12] (steps of 2^-12), 20,000 LLaMA-like gate inputs, both sides of every cut
+/// (the sign test near 0 and 3/16, the range test near ±11.4375 and ±11.5625) and values
+/// out to the range ends −4095.875 and 4096 − 2^-18: max |y − SiLU(x)| ≤ 1.6e-4, exactly 0 or x beyond the
+/// range test.
 #[test]
-fn silu_precise_accuracy() {
+fn silu_chebyshev_accuracy() {
     let fx = fx();
-    let n = 200_000u64;
-    let mut xs: Vec<f64> = (0..=n)
-        .map(|i| -20.0 + 40.0 * i as f64 / n as f64)
-        .collect();
     let ulp = 1.0 / fx.scale();
-    xs.extend_from_slice(&[0.0, ulp, -ulp, 14.0, -14.0, 100.0, -100.0, 4095.0, -4095.0]);
-    // LLaMA's gate pre-activations: roughly normal, standard deviation 1 to 3.
-    xs.extend((0..20_000u64).map(|i| (1.0 + 2.0 * unif(i, 72)) * normal(i, 71)));
-    let raw = fx.encode_slice(&xs).unwrap();
-    for (exp, bound) in [
-        (ExpApprox::Minimax, 2e-5),
-        (ExpApprox::Taylor2 { squarings: 8 }, 2e-5),
-    ] {
-        let (y, out) = run_on(31, raw.clone(), move |mut ctx, x| async move {
-            proto::silu_precise(&mut ctx, &x, exp).await
-        });
-        assert_eq!(out.rounds(), 2 + exp.rounds() + 25);
-        let (mut worst, mut at, mut small) = (0.0f64, 0.0, 0.0f64);
-        for (&r, &yv) in raw.iter().zip(&y) {
-            let x = fx.decode(r);
-            let e = (fx.decode(yv) - silu_exact(x)).abs();
-            if e / x.abs().max(1.0) > worst {
-                worst = e / x.abs().max(1.0);
-                at = x;
-            }
-            if x.abs() <= 1.0 {
-                small = small.max(e);
-            }
+    let mut xs: Vec<f64> = (-60_000..=60_000).map(|i| f64::from(i) * 5e-4).collect();
+    xs.extend((-49_152..=49_152).map(|i| f64::from(i) / 4096.0));
+    for c in [0.0, 3.0 / 16.0, 183.0 / 16.0, 185.0 / 16.0, 11.0, 12.0] {
+        for d in [-2.0 * ulp, -ulp, 0.0, ulp, 2.0 * ulp] {
+            xs.push(c + d);
+            xs.push(-c + d);
         }
-        println!(
-            "silu_precise {exp:?}: worst |err|/max(|x|,1) {worst:.3e} at x = {at}, worst |err| on [-1, 1] {small:.3e}"
-        );
-        assert!(worst <= bound, "{exp:?}: {worst} at {at}");
-        // Against proto::silu's 0.014 at x = 0.
-        assert!(small <= 1e-5, "{exp:?}: {small}");
     }
+    xs.extend_from_slice(&[
+        100.0, -100.0, 1000.5, -1000.5, 4095.0, -4095.0, 4095.8, -4095.8,
+    ]);
+    // LLaMA's gate pre-activations: roughly normal, standard deviation 1 to 3, and a few
+    // heavy tails.
+    xs.extend((0..20_000u64).map(|i| (1.0 + 2.0 * unif(i, 92)) * normal(i, 91)));
+    xs.extend((0..2_000u64).map(|i| 20.0 * normal(i, 93)));
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, out) = run_on(51, raw.clone(), |mut ctx, x| async move {
+        proto::silu_chebyshev(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 2 + 15);
+    let (mut worst, mut at, mut sum) = (0.0f64, 0.0, 0.0);
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        let e = (fx.decode(yv) - silu_exact(x)).abs();
+        sum += e;
+        if e > worst {
+            worst = e;
+            at = x;
+        }
+        if x >= 185.0 / 16.0 {
+            assert_eq!(yv, r, "silu_chebyshev({x}) must be x");
+        }
+        if x <= -185.0 / 16.0 {
+            assert_eq!(yv, 0, "silu_chebyshev({x}) must be 0");
+        }
+    }
+    println!(
+        "silu_chebyshev: {} points, max |err| {worst:.3e} at x = {at}, mean {:.3e}",
+        xs.len(),
+        sum / xs.len() as f64
+    );
+    // Fit 1.41e-4 in plaintext, cut 1.23e-4 (g(11.4375)); the issue asks for 2e-4.
+    assert!(worst <= 1.6e-4, "{worst} at {at}");
 }
 
-/// The precise SiLU: the softmax over n pairs plus one fused product. Minimax: 36 rounds,
-/// 13,176 bits per element (a third per party); Taylor2 t = 8: 44 rounds, 14,348 bits.
+/// The Chebyshev SiLU: 15 rounds, 3256 bits per element (a third per party), a quarter of
+/// the 13,176 of the softmax-based SiLU it replaced (36 rounds).
 #[test]
-fn silu_precise_costs_are_pinned() {
+fn silu_chebyshev_costs_are_pinned() {
     let n = 96usize;
-    for (exp, rounds, bits) in [
-        (ExpApprox::Minimax, 36, 13_176u64),
-        (ExpApprox::Taylor2 { squarings: 8 }, 44, 14_348),
+    let out = costs(n, |mut ctx, x| async move {
+        proto::silu_chebyshev(&mut ctx, &x).await
+    });
+    assert_eq!(out.rounds(), 15);
+    assert_eq!(out.payload_bytes(), [3256 * n as u64 / 24; 3]);
+    // The two comparisons in Z_2^17 alone: 207 bits each, 5 rounds.
+    let w = puma_core::Width::new(17).unwrap();
+    let lt = costs(n, move |mut ctx, x| async move {
+        let b = proto::msb(&mut ctx, &x, w).await?;
+        Ok(Shares::zeros(b.party(), 0))
+    });
+    assert_eq!(
+        (lt.rounds(), lt.payload_bytes()),
+        (5, [207 * n as u64 / 24; 3])
+    );
+    // Sign 207 + B2A 384 + s·x 192; v 192 + 6·23; {a_3, T_2²} 2·(192 + 6·30); Q 192 + 6·18;
+    // the final fused products 192 + 6·42; range 207 + two-round B2A 256; join 192.
+    assert_eq!(
+        207 + 384
+            + 192
+            + (192 + 6 * 23)
+            + 2 * (192 + 6 * 30)
+            + (192 + 6 * 18)
+            + (192 + 6 * 42)
+            + 207
+            + 256
+            + 192,
+        3256
+    );
+}
+
+/// The Chebyshev SiLU refuses fixed-point formats outside 12..=23 fractional bits and maps
+/// empty inputs to empty outputs.
+#[test]
+fn silu_chebyshev_formats() {
+    for (f, ok) in [
+        (11u32, false),
+        (12, true),
+        (23, true),
+        (24, false),
+        (40, false),
     ] {
-        let out = costs(n, move |mut ctx, x| async move {
-            proto::silu_precise(&mut ctx, &x, exp).await
+        let mut cfg = puma_core::Config::new(4);
+        cfg.fixed = FixedPoint::new(f).unwrap();
+        let out = Sim::new(12).with_config(cfg).run(|me| {
+            move |mut ctx: Ctx| async move {
+                let x = ctx.random_shares(3);
+                let a = proto::silu_chebyshev(&mut ctx, &x).await;
+                let e = proto::silu_chebyshev(&mut ctx, &Shares::zeros(me, 0)).await;
+                Ok((
+                    a.err().map(|e| e.kind()),
+                    e.map(|e| e.len()).map_err(|e| e.kind()),
+                ))
+            }
         });
-        assert_eq!(out.rounds(), rounds, "{exp:?}");
-        assert_eq!(out.payload_bytes(), [bits * n as u64 / 24; 3], "{exp:?}");
-        // The softmax over the pairs, then x·σ with its truncation by f fused (300 bits).
-        let soft = costs(2 * n, move |mut ctx, x| async move {
-            proto::softmax_rows_with(&mut ctx, &x, n, 2, &vec![2; n], exp).await
-        });
-        assert_eq!(soft.rounds(), rounds - 2, "{exp:?}");
-        assert_eq!(soft.payload_bytes(), [(bits - 300) * n as u64 / 24; 3]);
+        for (a, e) in out.into_results().unwrap() {
+            if ok {
+                assert_eq!((a, e), (None, Ok(0)), "f = {f}");
+            } else {
+                assert_eq!(a, Some(ErrorKind::Misuse), "f = {f}");
+                assert_eq!(e, Err(ErrorKind::Misuse), "f = {f}");
+            }
+        }
     }
-    // The Minimax pair: maximum of two 990, two negExps 2·3782, one reciprocal on
-    // [2^17, 2^20) with 12 extra bits 3578, two broadcast products 2·372.
-    let mx = costs(2 * n, move |mut ctx, x| async move {
-        let w = puma_core::Width::new(proto::SOFTMAX_RING_BITS).unwrap();
-        proto::max_rows(&mut ctx, &x, n, 2, w).await
-    });
-    assert_eq!(
-        (mx.rounds(), mx.payload_bytes()),
-        (8, [990 * n as u64 / 24; 3])
-    );
-    let rc = costs(n, move |mut ctx, x| async move {
-        proto::reciprocal_extra(&mut ctx, &x, F - 1, F + 1, 12).await
-    });
-    assert_eq!(
-        (rc.rounds(), rc.payload_bytes()),
-        (13, [3578 * n as u64 / 24; 3])
-    );
-    assert_eq!(990 + 2 * 3782 + 3578 + 2 * 372 + 300, 13_176);
 }
 
 /// tanh on 24,001 points of [−12, 12] (both signs, zero, saturation), BERT-pooler-like
@@ -403,7 +445,7 @@ fn empty_inputs_and_misuse() {
             let e = Shares::zeros(me, 0);
             let g = Shares::zeros(me, 4);
             let a = proto::rms_norm_rows(&mut ctx, &e, 0, 4, &g, EPS, BOUND).await?;
-            let b = proto::silu_precise(&mut ctx, &e, ExpApprox::Minimax).await?;
+            let b = proto::silu_chebyshev(&mut ctx, &e).await?;
             let c = proto::tanh(&mut ctx, &e).await?;
             Ok([a.len(), b.len(), c.len()])
         }
@@ -438,13 +480,13 @@ fn empty_inputs_and_misuse() {
     for kinds in out.into_results().unwrap() {
         assert_eq!(kinds, vec![Some(ErrorKind::Misuse); 10]);
     }
-    // Formats the exponential refuses are typed errors for the SiLU and tanh too.
+    // Formats the SiLU and the exponential refuse are typed errors.
     let mut cfg = puma_core::Config::new(4);
     cfg.fixed = FixedPoint::new(40).unwrap();
     let out = Sim::new(11).with_config(cfg).run(|_| {
         |mut ctx: Ctx| async move {
             let x = ctx.random_shares(3);
-            let a = proto::silu_precise(&mut ctx, &x, ExpApprox::Minimax).await;
+            let a = proto::silu_chebyshev(&mut ctx, &x).await;
             let b = proto::tanh(&mut ctx, &x).await;
             Ok([a.err().map(|e| e.kind()), b.err().map(|e| e.kind())])
         }

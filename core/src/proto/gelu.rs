@@ -560,7 +560,8 @@ const CHEB_POWER_BITS: u32 = 18;
 /// Fractional bits of [`gelu_chebyshev`]'s coefficients k_4 … k_7 (second factors of
 /// the final products); k_1 … k_3 get 18 more, k_0 36 more.
 const CHEB_COEFF_BITS: u32 = 20;
-/// Fractional bits that [`gelu_chebyshev`]'s comparisons keep (x cut locally).
+/// Fractional bits that the comparisons of [`gelu_chebyshev`] and [`silu_chebyshev`] keep
+/// (x cut locally).
 const CHEB_CMP_FRAC_BITS: u32 = 4;
 /// Ring width of [`gelu_chebyshev`]'s comparisons: the cut x (⌊16x⌋ − e, e ≤ 2) minus
 /// either breakpoint (−66 or 64 on that grid) must stay in [−2^17, 2^17), i.e.
@@ -701,8 +702,8 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 /// **Range**: exact branch choice while |x ∓ 6| < 8192, i.e. |x| < 8186; powers of inputs
 /// outside [−6, 6) may wrap, harmlessly (their selector is 0). **Error** (measured,
 /// tests/gelu_layernorm.rs): max |err| vs exact SiLU 0.0148 on [−20, 20] (at x = 6,
-/// inherent to the fit), mean 0.0036; [`super::silu_precise`] is accurate to about 1e-5
-/// for 4.5 times the rounds.
+/// inherent to the fit), mean 0.0036; [`silu_chebyshev`] is accurate to 1.5e-4 for about
+/// twice the rounds and 93 % of the bits.
 ///
 /// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·384 (B2A) +
 /// 4·192 (products) + 3·172 (truncations by f) + 2·208 (truncations by f + 6) + 192
@@ -767,4 +768,194 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     };
     let (bits, p) = try_join(branch_a, branch_b).await?;
     join_pieces(&mut ctx, &bits, &[None, Some(&p), Some(x)]).await
+}
+
+/// [`silu_chebyshev`]'s coefficients of G ≈ g(t) = t·σ(−t) in the shares it forms, in the
+/// order k_0 … k_5 (of 1, z, T_2, a_3, T_4, Q), m_1 … m_3 (of T_4·z, T_4·T_2, T_4·a_3),
+/// n_1 … n_4 (of Q·z, Q·T_2, Q·a_3, Q·T_4), where z = 11t/64 − 1, T_2 = 2z² − 1,
+/// a_3 = z·T_2, T_4 = 2T_2² − 1 and Q = T_4²: a degree-12 polynomial in t fitted on
+/// [−3/16, 185/16] by scripts/fit-silu-cheb.py (max |err| 1.41e-4 in plaintext).
+const SILU_CHEB: [f64; 13] = [
+    0.068_088_546_277_797_48,
+    -0.108_036_386_716_593_46,
+    0.026_419_309_518_453_265,
+    0.020_284_959_423_949_84,
+    -0.061_146_844_995_886_51,
+    0.001_874_435_019_309_263_2,
+    0.071_752_006_359_118_19,
+    -0.038_849_258_433_279_75,
+    0.023_992_943_345_959_045,
+    -0.005_305_729_996_441_39,
+    0.003_746_390_643_305_126_7,
+    -0.002_814_269_144_203_959,
+    -0.000_393_178_664_644_784_6,
+];
+/// [`silu_chebyshev`]'s variable z = 11t/64 − 1: 11 over 2^6, exact at f + 6 fractional
+/// bits; z = 1 at t = 128/11 = 11.64, beyond the widest t that takes the polynomial.
+const SILU_Z_SCALE: (u64, u32) = (11, 6);
+/// 2·(11/64)² = 121/2^11: v = 121·x²/2^11 = 2(11t/64)², so T_2 = 2z² − 1 = v − 4z − 3
+/// needs no product once t is known.
+const SILU_V_SCALE: (u64, u32) = (121, 11);
+/// Fractional bits of a_3, T_4 and Q in [`silu_chebyshev`].
+const SILU_POWER_BITS: u32 = 18;
+/// Fractional bits of [`silu_chebyshev`]'s coefficients of the p-bit shares in the final
+/// products (those of the (f + 6)-bit shares get f + 6 − p fewer).
+const SILU_COEFF_BITS: u32 = 24;
+/// The range test of [`silu_chebyshev`]: t < 183/16 on t cut to 4 fractional bits.
+const SILU_RANGE_CUT: u64 = 183;
+/// Ring width of [`silu_chebyshev`]'s two comparisons: x and t = |x| cut to 4 fractional
+/// bits (⌊16x⌋ − e, e ≤ 2) minus 0 or 183 must stay in [−2^16, 2^16), i.e. |x| < 4095.875;
+/// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
+const SILU_CMP_RING_BITS: u32 = 17;
+
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 3256 bits per element (the softmax-based
+/// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
+/// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
+/// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
+///
+/// Why |x| rather than GeLU's even form: E(x) = SiLU(x) − x/2 = (x/2)·tanh(x/2) has poles
+/// at x = ±iπ, so a polynomial in x² on [−11.5, 11.5] needs degree 16 in x² to reach
+/// 1.6e-4, while g needs degree 12 in t on [0, 11.5] (the interval no longer straddles
+/// the poles).
+///
+/// Schedule: the sign s = `[x < 0]` on x cut to 4 fractional bits by a local shift of
+/// every component (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}) in Z_2^17 (5 rounds) and its
+/// B2A (1); then s·x (1, exact: s is an integer), t = x − 2s·x and ReLU = x − s·x, all at 7
+/// rounds. The cut may read x ∈ [0, 3/16) as negative; then t = −x and the result
+/// −G(−x) ≈ −g(−x) = SiLU(x) is still right, since G is fitted on [−3/16, 185/16].
+/// Concurrently with the sign, v = 121·x²/2^11 = 2(11t/64)² (x·(121x) with the truncation
+/// by f + 5 fused, 2). From t: z = 11t/64 − 1 and T_2 = 2z² − 1 = v − 4z − 3 locally, at
+/// f + 6 fractional bits; {a_3 = z·T_2, T_2²} (2, truncated to 18 bits), T_4 = 2T_2² − 1;
+/// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
+/// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
+/// at 60 fractional bits, reshared and truncated to f bits at once (2): rounds 8 to 13.
+/// Concurrently, r = `[t < 183/16]` on t cut to 4 fractional bits in Z_2^17 (5) and its
+/// B2A in the two-round form (2): rounds 8 to 14. Join: y = ReLU − r·G, one product (1).
+/// The range test reads every t < 11.4375 as in range and every t ≥ 11.5625 as out.
+///
+/// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
+/// 5e-4, [−12, 12] in steps of 2^-12, LLaMA-like gate inputs, the cuts, values out to
+/// ±4095.8): max |y − SiLU(x)| 1.46e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
+/// costs g(11.4375) = 1.23e-4). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
+/// x ≥ 11.5625. **Range**: |x| < 4095.875 (the comparisons in Z_2^17; the softmax-based
+/// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
+/// harmlessly, since r is exactly 0 there.
+///
+/// Rounds: **15**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
+/// Z_2^17), 384 (the sign's B2A) + 256 (the range bit's, two-round), 192 (s·x), v
+/// (192 + 6·23 = 330), {a_3, T_2²} (2·(192 + 6·30) = 744), Q (192 + 6·18 = 300), the final
+/// fused products truncated by 42 (192 + 252 = 444) and the join (192): **3256**
+/// (13,176 for the softmax-based SiLU); **Bytes**: 3256·n/24 per party = 135⅔ per
+/// element (exact for n divisible by 24).
+///
+/// # Errors
+/// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
+/// malformed.
+pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let f = ctx.fixed().frac_bits();
+    // f ≥ 12 keeps the comparisons' cut (by f − 4) and every truncation positive; f ≤ 23
+    // keeps 121·x² at 2f bits below 2^62 for |x| ≤ 11.6 and the coefficients of the
+    // (f + 6)-bit shares at a non-negative number of bits.
+    if !(12..=23).contains(&f) {
+        return Err(Error::misuse(
+            "silu_chebyshev needs 12 to 23 fractional bits",
+        ));
+    }
+    let (p, q) = (SILU_POWER_BITS, SILU_COEFF_BITS);
+    let pz = f + SILU_Z_SCALE.1; // fractional bits of z and T_2
+    let big = 2 * p + q; // fractional bits of the fused sum before the final truncation
+    let cut = f - CHEB_CMP_FRAC_BITS;
+    let width =
+        Width::new(SILU_CMP_RING_BITS.min(64 - cut)).ok_or(Error::bug("activation width"))?;
+    let c = |i: usize| SILU_CHEB.get(i).copied().unwrap_or(0.0);
+    // The linear part at 2p + q bits; second factors of the products at p + q bits once
+    // multiplied by their share (z and T_2 carry pz bits, the others p).
+    let kl = [
+        encode_at(c(0), big)?,
+        encode_at(c(1), big - pz)?,
+        encode_at(c(2), big - pz)?,
+        encode_at(c(3), p + q)?,
+        encode_at(c(4), p + q)?,
+        encode_at(c(5), p + q)?,
+    ];
+    let km = [
+        encode_at(c(6), p + q - pz)?,
+        encode_at(c(7), p + q - pz)?,
+        encode_at(c(8), q)?,
+    ];
+    let kn = [
+        encode_at(c(9), p + q - pz)?,
+        encode_at(c(10), p + q - pz)?,
+        encode_at(c(11), q)?,
+        encode_at(c(12), q)?,
+    ];
+    let one_z = 1u64 << pz;
+    let one_p = 1u64 << p;
+
+    // The sign and, concurrently, v = 2(11t/64)² from x² (no sign needed).
+    let (mut cs, mut cv) = (ctx.fork(), ctx.fork());
+    let sign = async {
+        let c = &mut cs;
+        let bits = breakpoint_bits(c, &shift_components(x, cut), &[0], width, false).await?;
+        let s = bits.first().ok_or(Error::bug("one sign bit"))?;
+        mul(c, s, x).await
+    };
+    let (vk, vs) = SILU_V_SCALE;
+    let x_vk = x.scale(vk);
+    let v = super::mul::mul_trunc(&mut cv, x, &x_vk, 2 * f + vs - pz);
+    let (sx, v) = try_join(sign, v).await?;
+    let relu = x.sub(&sx)?;
+    let t = relu.sub(&sx)?;
+
+    let (mut cr, mut cp) = (ctx.fork(), ctx.fork());
+    let t_cut = shift_components(&t, cut);
+    let range = breakpoint_bits(&mut cr, &t_cut, &[SILU_RANGE_CUT], width, true);
+    let poly = async {
+        let c = &mut cp;
+        let n = t.len();
+        // z = 11t/64 − 1 and T_2 = v − 4z − 3, at pz bits, exact but for v's truncation.
+        let z = t
+            .scale(SILU_Z_SCALE.0)
+            .add_public_scalar(one_z.wrapping_neg());
+        let t2 = lincomb(
+            &[(&v, 1), (&z, 4u64.wrapping_neg())],
+            (3 * one_z).wrapping_neg(),
+        )?;
+        // a_3 = z·T_2 and T_2² together, at p bits.
+        let both = super::mul::mul_trunc(
+            c,
+            &Shares::concat(&[&z, &t2])?,
+            &Shares::concat(&[&t2, &t2])?,
+            2 * pz - p,
+        )
+        .await?;
+        let (a3, sq) = both.split_at(n)?;
+        let t4 = sq.scale(2).add_public_scalar(one_p.wrapping_neg());
+        let q4 = super::mul::square_trunc(c, &t4, p).await?;
+        // G at 2p + q bits: the two products' local cross terms plus the linear part, then
+        // one reshare with the truncation to f bits.
+        let lin = lincomb(
+            &[
+                (&z, kl[1]),
+                (&t2, kl[2]),
+                (&a3, kl[3]),
+                (&t4, kl[4]),
+                (&q4, kl[5]),
+            ],
+            kl[0],
+        )?;
+        let bm = lincomb(&[(&z, km[0]), (&t2, km[1]), (&a3, km[2])], 0)?;
+        let bn = lincomb(&[(&z, kn[0]), (&t2, kn[1]), (&a3, kn[2]), (&t4, kn[3])], 0)?;
+        let mut zs = super::mul::cross_terms(&t4, &bm);
+        let zq = super::mul::cross_terms(&q4, &bn);
+        for ((zk, qk), lk) in zs.iter_mut().zip(&zq).zip(lin.a()) {
+            *zk = zk.wrapping_add(*qk).wrapping_add(*lk);
+        }
+        super::reshare_trunc(c, zs, big - f).await
+    };
+    let (bits, g) = try_join(range, poly).await?;
+    let r = bits.first().ok_or(Error::bug("one range bit"))?;
+    let rg = mul(&mut ctx, r, &g).await?;
+    relu.sub(&rg)
 }

@@ -1,9 +1,6 @@
 //! Activations built on the logistic function σ(x) = 1/(1 + e^−x) and evaluated from
-//! negExp and the reciprocal rather than a polynomial: the precise SiLU x·σ(x) (LLaMA's
-//! MLP) and tanh(x) = 2σ(2x) − 1 (BERT's pooler).
-
-use alloc::vec;
-use alloc::vec::Vec;
+//! negExp and the reciprocal rather than a polynomial: tanh(x) = 2σ(2x) − 1 (BERT's
+//! pooler). (LLaMA's SiLU x·σ(x) is a polynomial protocol: [`super::silu_chebyshev`].)
 
 use crate::engine::Ctx;
 use crate::error::Error;
@@ -11,57 +8,13 @@ use crate::ring::Width;
 use crate::share::Shares;
 
 use super::mul::mul_trunc;
-use super::{ExpApprox, b2a, msb, mul, neg_exp_with, reciprocal_extra, softmax_rows_with};
+use super::{ExpApprox, b2a, msb, mul, neg_exp_with, reciprocal_extra};
 
 /// Ring width of [`tanh`]'s sign comparison: exact for |x| < 2^(31 − f) (8192 at f = 18).
 const TANH_SIGN_RING_BITS: u32 = 32;
 
 /// Extra fractional bits of [`tanh`]'s 1/(1 + e) (f + 12 in total).
 const TANH_RECIP_EXTRA: u32 = 12;
-
-/// SiLU(x) = x·σ(x) to about 1e-5·max(|x|, 1), with σ(x) = e^x/(e^x + e^0) the first
-/// entry of a softmax over the pair [x, 0]: the exponential with its range reduction (the
-/// pair's maximum) and the reciprocal of the pair's sum in [1, 2] are those of
-/// [`softmax_rows_with`], all elements batched as rows of two. For models whose logits
-/// must match plaintext closely; [`super::silu`]'s polynomial takes 8 rounds but is off by
-/// 0.014 already at x = 0.
-///
-/// Schedule: rows [x_i, 0] (local), σ = [`softmax_rows_with`] on n rows of 2 with `exp`:
-/// the maximum of each pair (8 rounds), negExp ([`ExpApprox::rounds`]), one reciprocal
-/// per pair on [2^(f−1), 2^(f+2)) with 12 extra bits (R_LT(f + 3) + 7 = 13 rounds), the
-/// broadcast product with its truncation (2); then y = trunc(x·σ, f), the truncation fused
-/// into the product's reshare (2 rounds).
-///
-/// **Range** (contract): |x| < 4096 (the softmax's). **Error** (measured,
-/// tests/norm_activations.rs, f = 18, 220,010 points: [−20, 20], LLaMA-like gate inputs
-/// and edges up to ±4095): |y − SiLU(x)| ≤ 1.4e-5·max(|x|, 1) with [`ExpApprox::Minimax`]
-/// (1.5e-5 with Taylor2 t = 8), worst near |x| = 9; ≤ 7.8e-6 on [−1, 1].
-///
-/// Rounds: 8 + [`ExpApprox::rounds`] + 13 + 2 + 2: **36** with [`ExpApprox::Minimax`] (44
-/// with Taylor2 t = 8). Bits per element, summed over the parties, with Minimax at
-/// f = 18: the pair's softmax (maximum of 2 entries 990, 2·3782 for negExp, reciprocal
-/// 3578, 2·372 for the broadcast products with their truncations) = 12,876, plus 300 for
-/// x·σ: **13,176 bits** (14,348 with Taylor2 t = 8); **Bytes**: 13176·n/24 per party =
-/// 549 per element (exact for n divisible by 24).
-///
-/// # Errors
-/// As [`softmax_rows_with`] (`Misuse` for the fixed-point formats `exp` refuses);
-/// `Protocol` if a message is malformed.
-pub async fn silu_precise(ctx: &mut Ctx, x: &Shares, exp: ExpApprox) -> Result<Shares, Error> {
-    let n = x.len();
-    let mut ctx = ctx.fork();
-    let f = ctx.fixed().frac_bits();
-    let zero = Shares::zeros(x.party(), n);
-    // Rows [x_i, 0]: interleave x with zeros.
-    let both = Shares::concat(&[x, &zero])?;
-    let idx: Vec<usize> = (0..n).flat_map(|i| [i, n + i]).collect();
-    let pairs = both.gather(&idx)?;
-    let valid = vec![2usize; n];
-    let probs = softmax_rows_with(&mut ctx, &pairs, n, 2, &valid, exp).await?;
-    let first: Vec<usize> = (0..n).map(|i| 2 * i).collect();
-    let sigma = probs.gather(&first)?;
-    mul_trunc(&mut ctx, x, &sigma, f).await
-}
 
 /// tanh of every element at f fractional bits: tanh(x) = sign(x)·(1 − e)/(1 + e) with
 /// e = e^(−2|x|) ∈ (0, 1], so the exponential only sees non-positive inputs and the

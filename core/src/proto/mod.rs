@@ -28,10 +28,11 @@ pub use b2a::{b2a, mul_bit, select};
 pub use eq::{eq, eq_public};
 pub use gelu::{
     ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_precise, gelu_with, silu,
+    silu_chebyshev,
 };
 pub use input::{share_input, share_input_parts, share_input_streamed};
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
-pub use logistic::{silu_precise, tanh};
+pub use logistic::tanh;
 pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,

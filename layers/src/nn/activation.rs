@@ -42,9 +42,7 @@ impl Activation {
                 proto::gelu_chebyshev(ctx, x, form).await
             }
             (Activation::Silu, _, SiluApprox::Piecewise) => proto::silu(ctx, x).await,
-            (Activation::Silu, _, SiluApprox::Precise) => {
-                proto::silu_precise(ctx, x, settings.softmax_exp).await
-            }
+            (Activation::Silu, _, SiluApprox::Precise) => proto::silu_chebyshev(ctx, x).await,
         }
     }
 }

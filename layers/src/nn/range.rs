@@ -156,7 +156,7 @@ impl ActivationPeaks {
             _ => ("max |x − mean|", 8192.0, "LayerNorm"),
         };
         let (act_limit, act) = match (spec.activation, settings.silu) {
-            (Activation::Silu, SiluApprox::Precise) => (4096.0, "Precise SiLU"),
+            (Activation::Silu, SiluApprox::Precise) => (4095.875, "Precise SiLU"),
             (Activation::Silu, SiluApprox::Piecewise) => (8186.0, "SiLU"),
             (Activation::Gelu(_), _) => (8187.875, "GeLU"),
         };
