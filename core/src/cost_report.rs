@@ -809,6 +809,68 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+
+    t.family("Sampling");
+    let sampled = reals(r * 16, -8.0, 8.0, 23);
+    let vocab_logits = reals(VOCAB, -100.0, 100.0, 24);
+    let all = proto::SamplingParams {
+        temperature: 0.8,
+        top_k: Some(8),
+        top_p: Some(0.9),
+        min_p: Some(0.2),
+    };
+    let gpt2 = proto::SamplingParams {
+        temperature: 1.0,
+        top_k: Some(50),
+        top_p: Some(0.9),
+        min_p: None,
+    };
+    for (name, params, rows, cols, v) in [
+        (
+            "sample_rows, T = 0.7, rows of 16",
+            proto::SamplingParams::with_temperature(0.7),
+            r,
+            16,
+            &sampled,
+        ),
+        (
+            "sample_rows, T = 0.8, top-k 8, top-p 0.9, min-p 0.2, rows of 16",
+            all,
+            r,
+            16,
+            &sampled,
+        ),
+        (
+            "sample_rows, T = 1, 1 row of 50257",
+            proto::SamplingParams::with_temperature(1.0),
+            1,
+            VOCAB,
+            &vocab_logits,
+        ),
+        (
+            "sample_rows, top-k 50, top-p 0.9, 1 row of 50257",
+            gpt2,
+            1,
+            VOCAB,
+            &vocab_logits,
+        ),
+    ] {
+        let v = v.clone();
+        t.row(
+            name,
+            format!("row of {cols}"),
+            rows,
+            measure(move |mut c, me| {
+                let v = v.clone();
+                async move {
+                    let x = shares(me, &v);
+                    proto::sample_rows(&mut c, &x, rows, cols, &params)
+                        .await
+                        .map(|(_, id)| id)
+                }
+            }),
+        )?;
+    }
     Ok(t.rows)
 }
 

@@ -125,6 +125,19 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("silu (piecewise polynomial)", 8, 3488.0),
     ("silu_chebyshev", 15, 3256.0),
     ("tanh", 35, 8914.0),
+    // Sampling
+    ("sample_rows, T = 0.7, rows of 16", 33, 145965.0),
+    (
+        "sample_rows, T = 0.8, top-k 8, top-p 0.9, min-p 0.2, rows of 16",
+        351,
+        500589.0,
+    ),
+    ("sample_rows, T = 1, 1 row of 50257", 107, 301468216.0),
+    (
+        "sample_rows, top-k 50, top-p 0.9, 1 row of 50257",
+        436,
+        1342414840.0,
+    ),
 ];
 
 #[test]

@@ -113,6 +113,30 @@ fn softmax_views_do_not_depend_on_the_secrets() {
     }
 }
 
+/// Sampling: series 0 (all logits 0) draws uniformly from four tokens, series 1 draws
+/// token 2 in both rows (7.0 and 1000.0 dominate); with every filter on, O's view must
+/// not tell them apart, so it is independent of the sampled token.
+#[test]
+fn sampling_views_do_not_depend_on_the_sampled_token() {
+    let params = proto::SamplingParams {
+        temperature: 0.9,
+        top_k: Some(3),
+        top_p: Some(0.9),
+        min_p: Some(0.05),
+    };
+    for o in PartyId::ALL {
+        let r = check(o, 200, |s| {
+            with_inputs(o, s, move |mut ctx, x, y| async move {
+                let both = Shares::concat(&[&x, &y])?;
+                proto::sample_rows(&mut ctx, &both, 2, 4, &params)
+                    .await
+                    .map(drop)
+            })
+        });
+        assert_no_leak("sample_rows", o, r);
+    }
+}
+
 /// The positive control: the same check flags a protocol that sends O its peer's secret
 /// under a mask with only 8 random bits (a realistic bug: a narrowed mask).
 #[test]

@@ -409,7 +409,7 @@ const PRECISE_CMP_RING_BITS: u32 = 22;
 /// `[x]` with every component shifted right (logically) by `d` bits: a sharing of
 /// ⌊x/2^d⌋ − e, e ∈ {0, 1, 2}, **modulo 2^(64−d)** (the wraps of the component sum vanish
 /// there). Only valid for a comparison in a ring of at most 64 − d bits.
-fn shift_components(x: &Shares, d: u32) -> Shares {
+pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
     if d == 0 {
         return x.clone();
     }

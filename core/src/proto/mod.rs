@@ -20,6 +20,7 @@ mod recip;
 mod reveal;
 mod rmsnorm;
 mod rsqrt;
+mod sample;
 mod softmax;
 mod trunc;
 
@@ -43,6 +44,7 @@ pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};
 pub use rmsnorm::{RmsScaling, rms_norm_rows};
 pub use rsqrt::{rsqrt, rsqrt_scaled};
+pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
 pub use softmax::{ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_rows, softmax_rows_with};
 use trunc::reshare_trunc;
 pub use trunc::trunc;
