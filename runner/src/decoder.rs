@@ -1,7 +1,7 @@
 //! Secure greedy generation with any decoder (GPT-2, LLaMA) among three parties on three
 //! threads in one process: P0 the **client** (prompts, output), P1 the **model owner**
 //! (weights), P2 a helper. The owner shares the model once; then each prompt runs
-//! [`puma_layers::nn::generate`] with a secret-shared KV cache over the in-memory transport
+//! [`puma_layers::nn::generate()`] with a secret-shared KV cache over the in-memory transport
 //! ([`puma_transports::mem::run3`]). [`run_decoder`] is the one orchestration the
 //! architectures' runners ([`crate::gpt2`], [`crate::llama`]) build their reports on.
 
@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use puma_core::proto::SamplingParams;
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
@@ -35,6 +36,9 @@ pub struct RunOptions {
     pub eos: Vec<u32>,
     /// The client's stop test (stop strings), if any.
     pub stop: Option<StopCheck>,
+    /// Draw tokens at random on shares instead of the argmax (see
+    /// [`puma_layers::nn::Decoding::sampling`]).
+    pub sampling: Option<SamplingParams>,
     /// Approximation settings of the secure evaluation.
     pub settings: SecureSettings,
     /// Also run the plaintext `f64` model and compare.
@@ -50,6 +54,7 @@ impl Default for RunOptions {
             mode: OutputMode::RevealLogits,
             eos: Vec::new(),
             stop: None,
+            sampling: None,
             settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
@@ -64,6 +69,7 @@ impl fmt::Debug for RunOptions {
             .field("mode", &self.mode)
             .field("eos", &self.eos)
             .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
+            .field("sampling", &self.sampling)
             .field("settings", &self.settings)
             .field("compare_plaintext", &self.compare_plaintext)
             .field("seed", &self.seed)
@@ -79,6 +85,7 @@ impl RunOptions {
             mode: self.mode,
             eos: self.eos.clone(),
             client_stops: self.stop.is_some(),
+            sampling: self.sampling,
         }
     }
 }

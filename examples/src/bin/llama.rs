@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
+use puma_core::proto::SamplingParams;
 use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::nn::OutputMode;
@@ -77,6 +78,19 @@ struct Args {
     /// Generate all --max-new-tokens even past the model's end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
+    /// Draw tokens at random at temperature T (> 0) instead of the most likely one; the
+    /// parties draw on shares, from randomness none of them knows alone.
+    #[arg(long, value_name = "T")]
+    temperature: Option<f64>,
+    /// Draw only among the K most likely tokens (implies sampling, T = 1 by default).
+    #[arg(long, value_name = "K")]
+    top_k: Option<usize>,
+    /// Draw only among the most likely tokens that together reach probability P (0 < P ≤ 1).
+    #[arg(long, value_name = "P")]
+    top_p: Option<f64>,
+    /// Draw only among tokens at least MIN_P times as likely as the most likely (0 ≤ MIN_P < 1).
+    #[arg(long, value_name = "MIN_P")]
+    min_p: Option<f64>,
     /// A LLaMA GGUF file or a Hugging Face directory; default: the fetched SmolLM2 GGUF.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
@@ -95,6 +109,20 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
+}
+
+/// The sampling the flags ask for: none (greedy) unless a temperature or a filter is given.
+fn sampling(args: &Args) -> Option<SamplingParams> {
+    let any = args.temperature.is_some()
+        || args.top_k.is_some()
+        || args.top_p.is_some()
+        || args.min_p.is_some();
+    any.then(|| SamplingParams {
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        ..SamplingParams::with_temperature(args.temperature.unwrap_or(1.0))
+    })
 }
 
 /// A --stop value: any text but the empty one.
@@ -183,12 +211,17 @@ fn run(args: &Args) -> Result<(), String> {
             eos_ids(&path).map_err(|e| chain(&e))?
         },
         stop: stop_on_strings(Arc::clone(&tok), args.stop.clone()),
+        sampling: sampling(args),
     };
     let t_load = Instant::now();
     let model = load_model(&path).map_err(|e| chain(&e))?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let cfg = model.config.clone();
     check_prompt(&cfg, &prompt_ids, max_new).map_err(|e| format!("bad prompt: {e}"))?;
+    if let Some(p) = &opts.sampling {
+        p.validate(cfg.vocab_size)
+            .map_err(|e| format!("bad sampling flags: {e}"))?;
+    }
     if !args.json {
         println!(
             "model: {} ({} layers, width {}, {} heads / {} KV heads, vocabulary {}), loaded in {load_secs:.2} s",

@@ -3,7 +3,7 @@
 //! [`DecoderArch`] (the architecture's wiring: which checkpoint tensor feeds which shared
 //! tensor, in which layout), evaluated by one forward pass over a secret-shared KV cache
 //! (each further token costs one row of work); the generation loop over it is
-//! [`super::generate`].
+//! [`mod@super::generate`].
 
 use std::sync::Arc;
 

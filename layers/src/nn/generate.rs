@@ -1,6 +1,7 @@
 //! Generation with a shared decoder: the loop of steps over a secret-shared KV cache, how
-//! the client learns each token ([`OutputMode`]), and when generation ends ([`Decoding`]:
-//! the model's end-of-sequence ids, the client's own stop test, the token limit).
+//! each token is chosen (argmax, or drawn on shares) and how the client learns it
+//! ([`OutputMode`]), and when generation ends ([`Decoding`]: the model's end-of-sequence
+//! ids, the client's own stop test, the token limit).
 //!
 //! What ending early reveals (docs/ARCHITECTURE.md, The model layer): the number of
 //! generated tokens becomes known to every party, in every mode. In `RevealLogits` and
@@ -10,6 +11,7 @@
 
 use std::sync::Arc;
 
+use puma_core::proto::SamplingParams;
 use puma_core::{Ctx, Error, PartyId, Shares, Width, proto};
 
 use super::attention::KvCache;
@@ -33,7 +35,7 @@ pub enum OutputMode {
 }
 
 /// The public rules of one generation; every party passes the same.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Decoding {
     /// The most tokens to generate.
     pub max_new: usize,
@@ -46,6 +48,11 @@ pub struct Decoding {
     /// In `SecureArgmax` mode its verdict costs one round per token; in `Private` mode the
     /// client applies it to the ids it learns at the end (the parties generate on).
     pub client_stops: bool,
+    /// Draw each token at random ([`proto::sample_rows`]: temperature, top-k, top-p,
+    /// min-p, from randomness no single party knows) instead of taking the argmax. The
+    /// parties draw it in every mode; in `RevealLogits` mode the client still learns the
+    /// logits beside the drawn id.
+    pub sampling: Option<SamplingParams>,
 }
 
 impl Decoding {
@@ -56,15 +63,22 @@ impl Decoding {
             mode,
             eos: Vec::new(),
             client_stops: false,
+            sampling: None,
         }
+    }
+
+    /// Whether the client picks each token from the revealed logits (greedy
+    /// `RevealLogits`); otherwise the parties pick it on shares.
+    fn client_picks(&self) -> bool {
+        self.mode == OutputMode::RevealLogits && self.sampling.is_none()
     }
 
     /// Whether the client tells the other parties after every step if generation goes on.
     fn client_signals(&self) -> bool {
-        match self.mode {
-            OutputMode::RevealLogits => self.client_stops || !self.eos.is_empty(),
-            OutputMode::SecureArgmax => self.client_stops,
-            OutputMode::Private => false,
+        if self.client_picks() {
+            self.client_stops || !self.eos.is_empty()
+        } else {
+            self.client_stops && self.mode != OutputMode::Private
         }
     }
 }
@@ -186,8 +200,8 @@ async fn signal_end(
     }
 }
 
-/// Secure generation of at most `decoding.max_new` tokens, greedy, with the secret KV
-/// cache. The client passes its prompt ids (`Some` at the client only) and, if
+/// Secure generation of at most `decoding.max_new` tokens, greedy or drawn
+/// ([`Decoding::sampling`]), with the secret KV cache. The client passes its prompt ids (`Some` at the client only) and, if
 /// `decoding.client_stops`, its stop test; every party passes the prompt length, which is
 /// public. Ties in the argmax go to the lowest id. Generation ends early at an
 /// end-of-sequence id or when the client's stop test says so (see the module docs for what
@@ -225,6 +239,9 @@ pub async fn generate(
         return Err(Error::misuse(
             "end-of-sequence ids must be below the vocabulary size",
         ));
+    }
+    if let Some(p) = &decoding.sampling {
+        p.validate(v)?;
     }
     let is_client = ctx.me() == client;
     if is_client && decoding.client_stops && stop.is_none() {
@@ -280,94 +297,103 @@ pub async fn generate(
         // The client's verdict on the token it learned (client only).
         let mut verdict = None;
         let mut ended = None;
-        match mode {
-            OutputMode::RevealLogits => {
-                let next = match proto::reveal_to(ctx, &logits, client).await? {
-                    Some(raw) => {
-                        let vals = fx.decode_slice(&raw);
-                        let id = argmax_lowest(&vals) as u32;
-                        out.ids.push(id);
-                        out.logits.push(vals);
-                        emit(Progress::Token { step, id });
-                        verdict = Some(client_verdict(decoding, stop, &out.ids, id));
-                        Some([id])
-                    }
-                    None => None,
-                };
-                out.costs.add(LayerKind::Output, m2, ctx.meter());
-                if !last_step {
-                    let m3 = ctx.meter();
-                    next_input_begin = Some(m3);
-                    // The verdict goes in the same epoch as the next one-hot: no round.
-                    if decoding.client_signals() {
-                        ended = signal_end(ctx, client, verdict).await?;
-                    }
-                    if ended.is_none() {
-                        one_hot =
-                            share_one_hot(ctx, client, next.as_ref().map(|n| &n[..]), 1, 1, v)
-                                .await?;
-                    }
-                    out.costs.add(LayerKind::Input, m3, ctx.meter());
-                }
-            }
-            OutputMode::SecureArgmax | OutputMode::Private => {
-                let (_, hot) =
-                    proto::argmax_rows(ctx, &logits, 1, v, settings.logit_compare_width).await?;
-                let iota: Vec<u64> = (0..v as u64).collect();
-                let id_share = hot.mul_public(&iota)?.sum_chunks(v)?;
-                // [token ∈ eos] is the sum of the one-hot's entries at the eos ids (local).
-                // Not when the client's own verdict (which includes it) ends the step.
-                let client_decides = mode == OutputMode::SecureArgmax && decoding.client_stops;
-                let open_eos = !(decoding.eos.is_empty() || last_step || client_decides);
-                let eos_bit = if open_eos {
-                    let mut picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
-                    // Each id once, so that the sum is a bit.
-                    picks.sort_unstable();
-                    picks.dedup();
-                    Some(hot.gather(&picks)?.sum_chunks(picks.len())?)
-                } else {
-                    None
-                };
-                let id_to_client = mode == OutputMode::SecureArgmax;
-                let (mut c_id, mut c_eos) = (ctx.fork(), ctx.fork());
-                let (id, eos_open) = puma_core::try_join(
-                    async {
-                        if id_to_client {
-                            proto::reveal_to(&mut c_id, &id_share, client).await
-                        } else {
-                            Ok(None)
-                        }
-                    },
-                    async {
-                        match &eos_bit {
-                            Some(b) => proto::reveal_all(&mut c_eos, b).await.map(Some),
-                            None => Ok(None),
-                        }
-                    },
-                )
-                .await?;
-                if let Some(raw) = id {
-                    let id = raw.first().copied().unwrap_or(0) as u32;
+        if decoding.client_picks() {
+            let next = match proto::reveal_to(ctx, &logits, client).await? {
+                Some(raw) => {
+                    let vals = fx.decode_slice(&raw);
+                    let id = argmax_lowest(&vals) as u32;
                     out.ids.push(id);
+                    out.logits.push(vals);
                     emit(Progress::Token { step, id });
                     verdict = Some(client_verdict(decoding, stop, &out.ids, id));
+                    Some([id])
                 }
-                if let Some(open) = eos_open {
-                    match open.first().copied() {
-                        Some(0) => {}
-                        Some(1) => ended = Some(Finish::Eos),
-                        _ => return Err(Error::bug("an opened end-of-sequence bit is not a bit")),
-                    }
-                }
-                if mode == OutputMode::SecureArgmax && decoding.client_signals() && !last_step {
+                None => None,
+            };
+            out.costs.add(LayerKind::Output, m2, ctx.meter());
+            if !last_step {
+                let m3 = ctx.meter();
+                next_input_begin = Some(m3);
+                // The verdict goes in the same epoch as the next one-hot: no round.
+                if decoding.client_signals() {
                     ended = signal_end(ctx, client, verdict).await?;
                 }
-                if mode == OutputMode::Private {
-                    generated_shared.push(id_share);
+                if ended.is_none() {
+                    one_hot =
+                        share_one_hot(ctx, client, next.as_ref().map(|n| &n[..]), 1, 1, v).await?;
                 }
-                out.costs.add(LayerKind::Output, m2, ctx.meter());
-                one_hot = hot;
+                out.costs.add(LayerKind::Input, m3, ctx.meter());
             }
+        } else {
+            // The parties pick the token; in RevealLogits mode the client also learns
+            // the logits, in the same rounds.
+            let (mut c_pick, mut c_logits) = (ctx.fork(), ctx.fork());
+            let ((hot, id_share), revealed) = puma_core::try_join(
+                pick_token(&mut c_pick, &logits, v, decoding, settings),
+                async {
+                    if mode == OutputMode::RevealLogits {
+                        proto::reveal_to(&mut c_logits, &logits, client).await
+                    } else {
+                        Ok(None)
+                    }
+                },
+            )
+            .await?;
+            if let Some(raw) = revealed {
+                out.logits.push(fx.decode_slice(&raw));
+            }
+            // [token ∈ eos] is the sum of the one-hot's entries at the eos ids (local).
+            // Not when the client's own verdict (which includes it) ends the step.
+            let client_decides = mode != OutputMode::Private && decoding.client_stops;
+            let open_eos = !(decoding.eos.is_empty() || last_step || client_decides);
+            let eos_bit = if open_eos {
+                let mut picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
+                // Each id once, so that the sum is a bit.
+                picks.sort_unstable();
+                picks.dedup();
+                Some(hot.gather(&picks)?.sum_chunks(picks.len())?)
+            } else {
+                None
+            };
+            let id_to_client = mode != OutputMode::Private;
+            let (mut c_id, mut c_eos) = (ctx.fork(), ctx.fork());
+            let (id, eos_open) = puma_core::try_join(
+                async {
+                    if id_to_client {
+                        proto::reveal_to(&mut c_id, &id_share, client).await
+                    } else {
+                        Ok(None)
+                    }
+                },
+                async {
+                    match &eos_bit {
+                        Some(b) => proto::reveal_all(&mut c_eos, b).await.map(Some),
+                        None => Ok(None),
+                    }
+                },
+            )
+            .await?;
+            if let Some(raw) = id {
+                let id = raw.first().copied().unwrap_or(0) as u32;
+                out.ids.push(id);
+                emit(Progress::Token { step, id });
+                verdict = Some(client_verdict(decoding, stop, &out.ids, id));
+            }
+            if let Some(open) = eos_open {
+                match open.first().copied() {
+                    Some(0) => {}
+                    Some(1) => ended = Some(Finish::Eos),
+                    _ => return Err(Error::bug("an opened end-of-sequence bit is not a bit")),
+                }
+            }
+            if decoding.client_signals() && !last_step {
+                ended = signal_end(ctx, client, verdict).await?;
+            }
+            if mode == OutputMode::Private {
+                generated_shared.push(id_share);
+            }
+            out.costs.add(LayerKind::Output, m2, ctx.meter());
+            one_hot = hot;
         }
         rows = 1;
         let end = next_input_begin.unwrap_or_else(|| ctx.meter());
@@ -409,6 +435,27 @@ pub async fn generate(
         }
     }
     Ok(out)
+}
+
+/// The next token on shares: its one-hot (0/1 integers) and its id, by the argmax or by
+/// drawing it ([`Decoding::sampling`]).
+async fn pick_token(
+    ctx: &mut Ctx,
+    logits: &Shares,
+    v: usize,
+    decoding: &Decoding,
+    settings: &SecureSettings,
+) -> Result<(Shares, Shares), Error> {
+    match &decoding.sampling {
+        Some(p) => proto::sample_rows(ctx, logits, 1, v, p).await,
+        None => {
+            let (_, hot) =
+                proto::argmax_rows(ctx, logits, 1, v, settings.logit_compare_width).await?;
+            let iota: Vec<u64> = (0..v as u64).collect();
+            let id = hot.mul_public(&iota)?.sum_chunks(v)?;
+            Ok((hot, id))
+        }
+    }
 }
 
 /// The index of the largest value; ties go to the lowest index.

@@ -6,7 +6,7 @@
 //! [`activation`]), the owner's check of its weights against the protocols' ranges
 //! ([`range`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
 //! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only, with one
-//! generation loop ([`generate`]: output modes, end-of-sequence and stop rules). BERT /
+//! generation loop ([`mod@generate`]: output modes, end-of-sequence and stop rules). BERT /
 //! RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
 

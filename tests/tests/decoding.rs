@@ -1,11 +1,13 @@
-//! Ending generation early: at an end-of-sequence id the model produces and at the client's
-//! own stop test, in every output mode, with the ids of the full run as the reference and
-//! the rounds each rule costs pinned against a run of as many tokens without it.
+//! Decoding rules of the generation loop on the Shakespeare GPT-2: ending early at an
+//! end-of-sequence id and at the client's own stop test, in every output mode (the ids of
+//! the full run as the reference, the rounds each rule costs pinned against a run of as
+//! many tokens without it), and tokens drawn on shares (top-k = 1 must be the argmax).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use puma_core::proto::SamplingParams;
 use puma_core::sim::{Outcome, Sim};
 use puma_core::{ErrorKind, PartyId};
 use puma_layers::Gpt2Config;
@@ -171,4 +173,58 @@ fn bad_rules_are_refused() {
         misuse(try_run(no_test, None)),
         "a client without its stop test"
     );
+}
+
+#[test]
+fn drawing_from_the_top_one_is_greedy_in_every_mode() {
+    for mode in MODES {
+        let (greedy, _) = run(Decoding::new(3, mode), None);
+        let top1 = SamplingParams {
+            top_k: Some(1),
+            ..SamplingParams::with_temperature(0.7)
+        };
+        let (drawn, _) = run(
+            Decoding {
+                sampling: Some(top1),
+                ..Decoding::new(3, mode)
+            },
+            None,
+        );
+        assert_eq!(drawn[0].ids, greedy[0].ids, "{mode:?}");
+        // In RevealLogits mode the client still learns the logits beside the drawn id.
+        let logits = if mode == OutputMode::RevealLogits {
+            3
+        } else {
+            0
+        };
+        assert_eq!(drawn[0].logits.len(), logits, "{mode:?}");
+        // The same logits up to the truncations' randomness (other PRSS streams).
+        for (a, b) in drawn[0].logits.iter().zip(&greedy[0].logits) {
+            let err = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
+            assert!(err < 1e-3, "{mode:?}: logits differ by {err}");
+        }
+    }
+}
+
+#[test]
+fn drawn_tokens_follow_the_distribution_not_the_argmax() {
+    // At T = 3 the most likely token has a small probability at each step: six drawn
+    // tokens are valid ids but not the greedy continuation (the run is deterministic: the
+    // simulator's fixed entropy fixes the PRSS draws).
+    let hot = SamplingParams::with_temperature(3.0);
+    let (greedy, _) = run(Decoding::new(6, OutputMode::SecureArgmax), None);
+    let (a, _) = run(
+        Decoding {
+            sampling: Some(hot),
+            ..Decoding::new(6, OutputMode::SecureArgmax)
+        },
+        None,
+    );
+    assert_eq!(a[0].ids.len(), 6);
+    assert!(a[0].ids.iter().all(|&id| id < 50257));
+    assert_ne!(a[0].ids, greedy[0].ids);
 }
