@@ -17,6 +17,7 @@
 
 pub mod bert;
 pub mod decoder;
+pub mod decoding_flags;
 pub mod diagnostics;
 pub mod gpt2;
 pub mod linear;

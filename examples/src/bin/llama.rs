@@ -21,17 +21,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use puma_core::proto::SamplingParams;
 use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::nn::OutputMode;
 use puma_layers::nn::{SecureSettings, SiluApprox};
-use puma_layers::stopping::eos_ids;
+use puma_runner::decoding_flags::DecodingFlags;
 use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::llama::{
     LlamaReport, RunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
 };
-use puma_runner::streaming::{LiveView, stop_on_strings};
+use puma_runner::streaming::LiveView;
 use serde_json::json;
 
 /// What the client learns at each step.
@@ -72,25 +71,9 @@ struct Args {
     /// appears).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_new_tokens: u64,
-    /// End generation once the generated text contains TEXT (repeatable; kept in the output).
-    #[arg(long = "stop", value_name = "TEXT", value_parser = non_empty)]
-    stop: Vec<String>,
-    /// Generate all --max-new-tokens even past the model's end-of-sequence token.
-    #[arg(long)]
-    ignore_eos: bool,
-    /// Draw tokens at random at temperature T (> 0) instead of the most likely one; the
-    /// parties draw on shares, from randomness none of them knows alone.
-    #[arg(long, value_name = "T")]
-    temperature: Option<f64>,
-    /// Draw only among the K most likely tokens (implies sampling, T = 1 by default).
-    #[arg(long, value_name = "K")]
-    top_k: Option<usize>,
-    /// Draw only among the most likely tokens that together reach probability P (0 < P ≤ 1).
-    #[arg(long, value_name = "P")]
-    top_p: Option<f64>,
-    /// Draw only among tokens at least MIN_P times as likely as the most likely (0 ≤ MIN_P < 1).
-    #[arg(long, value_name = "MIN_P")]
-    min_p: Option<f64>,
+    /// How tokens are picked and when generation ends.
+    #[command(flatten)]
+    decoding: DecodingFlags,
     /// A LLaMA GGUF file or a Hugging Face directory; default: the fetched SmolLM2 GGUF.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
@@ -109,29 +92,6 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
-}
-
-/// The sampling the flags ask for: none (greedy) unless a temperature or a filter is given.
-fn sampling(args: &Args) -> Option<SamplingParams> {
-    let any = args.temperature.is_some()
-        || args.top_k.is_some()
-        || args.top_p.is_some()
-        || args.min_p.is_some();
-    any.then(|| SamplingParams {
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        ..SamplingParams::with_temperature(args.temperature.unwrap_or(1.0))
-    })
-}
-
-/// A --stop value: any text but the empty one.
-fn non_empty(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        Err("a stop string must not be empty".to_owned())
-    } else {
-        Ok(s.to_owned())
-    }
 }
 
 fn main() -> ExitCode {
@@ -205,23 +165,16 @@ fn run(args: &Args) -> Result<(), String> {
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,
-        eos: if args.ignore_eos {
-            Vec::new()
-        } else {
-            eos_ids(&path).map_err(|e| chain(&e))?
-        },
-        stop: stop_on_strings(Arc::clone(&tok), args.stop.clone()),
-        sampling: sampling(args),
+        ..RunOptions::default()
     };
+    let mut opts = opts;
     let t_load = Instant::now();
     let model = load_model(&path).map_err(|e| chain(&e))?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let cfg = model.config.clone();
     check_prompt(&cfg, &prompt_ids, max_new).map_err(|e| format!("bad prompt: {e}"))?;
-    if let Some(p) = &opts.sampling {
-        p.validate(cfg.vocab_size)
-            .map_err(|e| format!("bad sampling flags: {e}"))?;
-    }
+    args.decoding
+        .apply(&mut opts, &path, &tok, cfg.vocab_size)?;
     if !args.json {
         println!(
             "model: {} ({} layers, width {}, {} heads / {} KV heads, vocabulary {}), loaded in {load_secs:.2} s",

@@ -1,0 +1,86 @@
+//! The command-line flags of the generation programs (`gpt2`, `llama`) that choose how
+//! tokens are picked and when generation ends, in one place: [`DecodingFlags`], flattened
+//! into each program's arguments.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use puma_core::proto::SamplingParams;
+use puma_layers::Tokenizer;
+use puma_layers::stopping::{EosError, eos_ids};
+
+use crate::decoder::RunOptions;
+use crate::streaming::stop_on_strings;
+
+/// How tokens are picked and when generation ends.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DecodingFlags {
+    /// End generation once the generated text contains TEXT (repeatable; kept in the output).
+    #[arg(long = "stop", value_name = "TEXT", value_parser = non_empty)]
+    pub stop: Vec<String>,
+    /// Generate all --max-new-tokens even past the model's end-of-sequence token.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Draw tokens at random at temperature T (> 0) instead of the most likely one; the
+    /// parties draw on shares, from randomness none of them knows alone.
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Draw only among the K most likely tokens (implies sampling, T = 1 by default).
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Draw only among the most likely tokens that together reach probability P (0 < P ≤ 1).
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// Draw only among tokens at least MIN_P times as likely as the most likely (0 ≤ MIN_P < 1).
+    #[arg(long, value_name = "MIN_P")]
+    pub min_p: Option<f64>,
+}
+
+impl DecodingFlags {
+    /// The sampling asked for: none (greedy) unless a temperature or a filter is given.
+    pub fn sampling(&self) -> Option<SamplingParams> {
+        let any = self.temperature.is_some()
+            || self.top_k.is_some()
+            || self.top_p.is_some()
+            || self.min_p.is_some();
+        any.then(|| SamplingParams {
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            ..SamplingParams::with_temperature(self.temperature.unwrap_or(1.0))
+        })
+    }
+
+    /// Sets `opts`' end-of-sequence ids (from the checkpoint at `model`, unless
+    /// --ignore-eos), stop test and sampling; checks the sampling against `vocab`.
+    ///
+    /// # Errors
+    /// A message naming the flag or the checkpoint file at fault.
+    pub fn apply(
+        &self,
+        opts: &mut RunOptions,
+        model: &Path,
+        tok: &Arc<Tokenizer>,
+        vocab: usize,
+    ) -> Result<(), String> {
+        if !self.ignore_eos {
+            opts.eos = eos_ids(model).map_err(|e: EosError| e.to_string())?;
+        }
+        opts.stop = stop_on_strings(Arc::clone(tok), self.stop.clone());
+        opts.sampling = self.sampling();
+        if let Some(p) = &opts.sampling {
+            p.validate(vocab)
+                .map_err(|e| format!("bad sampling flags: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A --stop value: any text but the empty one.
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a stop string must not be empty".to_owned())
+    } else {
+        Ok(s.to_owned())
+    }
+}
