@@ -305,3 +305,42 @@ fn binary_uses_the_model_directorys_tokenizer() {
         "{err}"
     );
 }
+
+/// The embedded Shakespeare model stops at a stop string, with the text printed as it
+/// came, and its ids are the plaintext greedy ids up to there.
+#[test]
+fn binary_stops_at_a_stop_string_and_streams_the_text() {
+    let run = |extra: &[&str]| {
+        let out = gpt2_bin()
+            .args([
+                "--prompt",
+                "ROMEO:",
+                "--max-new-tokens",
+                "30",
+                "--stop",
+                ".",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "--compare-plaintext"])).unwrap();
+    let ids = v["secure_ids"].as_array().unwrap();
+    assert!(ids.len() < 30, "{v}");
+    assert_eq!(v["finish"], "stop");
+    assert_eq!(v["ids_match"], true, "{v}");
+    let text = v["text"].as_str().unwrap();
+    assert!(text.ends_with('.'), "{text:?}");
+    assert_eq!(text.matches('.').count(), 1, "{text:?}");
+    // Without --json the same text is printed as it comes, after the prompt.
+    let human = run(&[]);
+    assert!(human.contains(&format!("ROMEO:{text}\n")), "{human}");
+    assert!(human.contains("ended by a stop string"), "{human}");
+}

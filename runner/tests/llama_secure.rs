@@ -112,3 +112,34 @@ fn tiny_random_secure_generation_and_comparison() {
         Err(LlamaError::Input(InputError::TokenOutOfRange { .. }))
     ));
 }
+
+/// SmolLM2's chat answer ends at its end-of-sequence token `<|im_end|>` (from the GGUF
+/// metadata), token-identical to plaintext greedy decoding up to there.
+#[test]
+fn smollm2_chat_answer_stops_at_im_end() {
+    let Some(path) = smollm2() else { return };
+    let eos = puma_layers::stopping::eos_ids(&path).unwrap();
+    let model = load_model(&path).unwrap();
+    let tok = {
+        let file = puma_layers::gguf::GgufFile::open(&path).unwrap();
+        puma_layers::Tokenizer::from_gguf(&file, &path).unwrap()
+    };
+    assert_eq!(tok.encode("<|im_end|>").unwrap(), eos);
+    let prompt = tok
+        .encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
+        .unwrap();
+    let opts = RunOptions {
+        max_new_tokens: 12,
+        eos: eos.clone(),
+        compare_plaintext: true,
+        ..RunOptions::default()
+    };
+    let report = run_secure(model, &[prompt], &opts, None).unwrap();
+    let r = &report.prompts[0];
+    println!("{:?} {:?}", r.secure_ids, tok.decode(&r.secure_ids));
+    assert_eq!(r.finish, puma_layers::nn::Finish::Eos);
+    assert!(r.secure_ids.len() < 12);
+    assert_eq!(r.secure_ids.last(), eos.first());
+    assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
+    assert!(tok.decode(&r.secure_ids).unwrap().contains('4'));
+}
