@@ -50,6 +50,13 @@ impl Shape {
         latency: Duration::from_micros(500),
     };
 
+    /// A wide-area network between data centres: 1 Gbit/s, 10 ms one way (20 ms RTT), where
+    /// latency per token is set by rounds rather than bytes.
+    pub const WAN: Shape = Shape {
+        bits_per_sec: 1_000_000_000,
+        latency: Duration::from_millis(10),
+    };
+
     /// When a frame of `len` bytes sent `now` on a link free from `free_at` has gone out.
     fn sent_by(&self, now: Instant, free_at: Option<Instant>, len: usize) -> Instant {
         let start = free_at.map_or(now, |f| f.max(now));
@@ -407,5 +414,25 @@ fn run_party<T: 'static>(
             (r, s.stats())
         }
         Err(e) => (Err(e.into()), Stats::default()),
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn a_wan_frame_goes_out_at_its_bandwidth_after_the_link_is_free() {
+        let now = Instant::now();
+        // 1.25 MB at 1 Gbit/s: 10 ms on the wire.
+        let out = Shape::WAN.sent_by(now, None, 1_250_000);
+        assert_eq!(out - now, Duration::from_millis(10));
+        // Queued behind a frame still going out.
+        let busy = now + Duration::from_millis(3);
+        assert_eq!(
+            Shape::WAN.sent_by(now, Some(busy), 125_000) - now,
+            Duration::from_millis(4)
+        );
+        assert_eq!(Shape::WAN.latency * 2, Duration::from_millis(20));
     }
 }

@@ -5,7 +5,8 @@
 //! `cargo run --release -p puma-bench --bin gpt2_base [-- --new-tokens N --layers L --lan]`
 //! prints wall time, bytes per party, rounds, the per-step costs and the peak resident
 //! memory of the process (all three parties together). `--lan` puts a simulated 5 Gbit/s,
-//! 1 ms round-trip network between the parties (`puma_transports::mem::Shape::LAN`).
+//! 1 ms round-trip network between the parties (`puma_transports::mem::Shape::LAN`),
+//! `--wan` a 1 Gbit/s, 20 ms round-trip one (`Shape::WAN`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,8 +32,11 @@ struct Args {
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=12))]
     layers: u64,
     /// A simulated 5 Gbit/s, 1 ms round-trip network between the parties.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "wan")]
     lan: bool,
+    /// A simulated 1 Gbit/s, 20 ms round-trip network between the parties.
+    #[arg(long)]
+    wan: bool,
 }
 
 fn main() -> ExitCode {
@@ -40,7 +44,11 @@ fn main() -> ExitCode {
     // Both are bounded by clap (≤ 64 and ≤ 12).
     let new_tokens = usize::try_from(args.new_tokens).unwrap_or(1);
     let layers = usize::try_from(args.layers).unwrap_or(12);
-    let shape = args.lan.then_some(puma_transports::mem::Shape::LAN);
+    let shape = match (args.lan, args.wan) {
+        (true, _) => Some(puma_transports::mem::Shape::LAN),
+        (_, true) => Some(puma_transports::mem::Shape::WAN),
+        _ => None,
+    };
     let t0 = Instant::now();
     let model = Arc::new(random_gpt2(GPT2_BASE, layers));
     println!(
