@@ -419,9 +419,7 @@ pub async fn generate(
         if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
             out.ids = raw.iter().map(|&x| x as u32).collect();
             // The parties generated on; the client cuts the output where its rules end it.
-            if let Some(k) = (0..out.ids.len())
-                .find(|&k| out.ids.get(k).is_some_and(|i| decoding.eos.contains(i)))
-            {
+            if let Some(k) = out.ids.iter().position(|i| decoding.eos.contains(i)) {
                 out.ids.truncate(k + 1);
                 out.finish = Finish::Eos;
             }
