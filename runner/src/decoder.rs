@@ -14,7 +14,7 @@ use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
     DecoderArch, Decoding, Finish, Generation, Observer, OutputMode, Progress, RangeError,
-    SecureSettings, SharedDecoder, StopCheck, decoder_range_check, generate,
+    SecureSettings, SharedDecoder, StopCheck, decoder_range_check, generate_batch,
 };
 use puma_transports::{TransportError, mem};
 
@@ -39,6 +39,11 @@ pub struct RunOptions {
     /// Draw tokens at random on shares instead of the argmax (see
     /// [`puma_layers::nn::Decoding::sampling`]).
     pub sampling: Option<SamplingParams>,
+    /// Tokens the client drafts per step for speculative verification (0: none).
+    pub drafts: usize,
+    /// Generate for all prompts at once, as one batch sharing every round, instead of one
+    /// prompt after another.
+    pub batch: bool,
     /// Approximation settings of the secure evaluation.
     pub settings: SecureSettings,
     /// Also run the plaintext `f64` model and compare.
@@ -55,6 +60,8 @@ impl Default for RunOptions {
             eos: Vec::new(),
             stop: None,
             sampling: None,
+            drafts: 0,
+            batch: false,
             settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
@@ -70,6 +77,8 @@ impl fmt::Debug for RunOptions {
             .field("eos", &self.eos)
             .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
             .field("sampling", &self.sampling)
+            .field("drafts", &self.drafts)
+            .field("batch", &self.batch)
             .field("settings", &self.settings)
             .field("compare_plaintext", &self.compare_plaintext)
             .field("seed", &self.seed)
@@ -80,13 +89,12 @@ impl fmt::Debug for RunOptions {
 impl RunOptions {
     /// The public decoding rules every party runs with.
     pub fn decoding(&self) -> Decoding {
-        Decoding {
-            max_new: self.max_new_tokens,
-            mode: self.mode,
-            eos: self.eos.clone(),
-            client_stops: self.stop.is_some(),
-            sampling: self.sampling,
-        }
+        let mut d = Decoding::new(self.max_new_tokens, self.mode);
+        d.eos = self.eos.clone();
+        d.client_stops = self.stop.is_some();
+        d.sampling = self.sampling;
+        d.drafts = self.drafts;
+        d
     }
 }
 
@@ -155,7 +163,7 @@ pub fn check_prompt<A: DecoderArch>(
 pub struct PromptRun {
     /// What the generation produced at this party (ids and logits at the client only).
     pub generation: Generation,
-    /// Wall time of this prompt's generation.
+    /// Wall time of this prompt's generation (of its whole batch when batched).
     pub time: Duration,
     /// Wall time of each step (the prompt step first).
     pub step_times: Vec<Duration>,
@@ -218,7 +226,8 @@ where
         return Err(RunError::Range(e));
     }
     let prompts_arc: Arc<Vec<Vec<u32>>> = Arc::new(prompts.to_vec());
-    let (max_new, mode, settings) = (opts.max_new_tokens, opts.mode, opts.settings);
+    let (max_new, mode, settings, batch) =
+        (opts.max_new_tokens, opts.mode, opts.settings, opts.batch);
     let decoding = Arc::new(opts.decoding());
     let start = Instant::now();
     let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
@@ -240,8 +249,14 @@ where
             drop(w);
             let m1 = ctx.meter();
             let share_time = t0.elapsed();
+            // One batch of all prompts, or one batch per prompt in turn.
+            let batches: Vec<&[Vec<u32>]> = if batch {
+                vec![&ps[..]]
+            } else {
+                ps.chunks(1).collect()
+            };
             let mut runs = Vec::with_capacity(ps.len());
-            for p in ps.iter() {
+            for group in batches {
                 let step_ends = Arc::new(Mutex::new(Vec::with_capacity(max_new)));
                 let timing: Observer = {
                     let ends = Arc::clone(&step_ends);
@@ -258,13 +273,13 @@ where
                     })
                 };
                 let t = Instant::now();
-                let prompt = (me == CLIENT).then_some(&p[..]);
-                let generation = generate(
+                let lens: Vec<usize> = group.iter().map(Vec::len).collect();
+                let generations = generate_batch(
                     &mut ctx,
                     &shared,
                     CLIENT,
-                    prompt,
-                    p.len(),
+                    (me == CLIENT).then_some(group),
+                    &lens,
                     &decoding,
                     &settings,
                     Some(timing),
@@ -273,7 +288,7 @@ where
                 .await?;
                 let ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
                 let mut prev = t;
-                let step_times = ends
+                let step_times: Vec<Duration> = ends
                     .iter()
                     .map(|&e| {
                         let d = e.saturating_duration_since(prev);
@@ -281,11 +296,12 @@ where
                         d
                     })
                     .collect();
-                runs.push(PromptRun {
+                let time = t.elapsed();
+                runs.extend(generations.into_iter().map(|generation| PromptRun {
                     generation,
-                    time: t.elapsed(),
-                    step_times,
-                });
+                    time,
+                    step_times: step_times.clone(),
+                }));
             }
             Ok(PartyRun {
                 share_model: (

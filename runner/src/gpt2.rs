@@ -206,11 +206,32 @@ pub fn run_secure(
     opts: &RunOptions,
     observer: Option<Observer>,
 ) -> Result<Gpt2Report, Gpt2Error> {
+    run_secure_batch(model, &[prompt.to_vec()], opts, observer)?
+        .pop()
+        .ok_or(Gpt2Error::Run(RunError::MissingOutput("generation")))
+}
+
+/// [`run_secure`] for several prompts generated as one batch that shares every round
+/// (ragged lengths; `opts.batch` is implied). Returns one report per prompt, in order;
+/// the costs, counters and times in each are those of the whole run.
+///
+/// # Errors
+/// As [`run_secure`], for any of the prompts.
+pub fn run_secure_batch(
+    model: LoadedModel,
+    prompts: &[Vec<u32>],
+    opts: &RunOptions,
+    observer: Option<Observer>,
+) -> Result<Vec<Gpt2Report>, Gpt2Error> {
     let LoadedModel {
         config, weights, ..
     } = model;
     let weights = Arc::new(weights);
-    let run = run_decoder(&config, &weights, &[prompt.to_vec()], opts, observer)?;
+    let opts = RunOptions {
+        batch: true,
+        ..opts.clone()
+    };
+    let run = run_decoder(&config, &weights, prompts, &opts, observer)?;
     let costs = run.parties.clone().map(|p| {
         let g = p.prompts.into_iter().next();
         PartyCosts {
@@ -224,36 +245,39 @@ pub fn run_secure(
     });
     let [client, ..] = run.parties;
     let share_time = client.share_time;
-    let first = client
-        .prompts
-        .into_iter()
-        .next()
-        .ok_or(RunError::MissingOutput("generation"))?;
-    let secure_ids = first.generation.ids;
-    let finish = first.generation.finish;
-    let secure_logits = first.generation.logits;
-    let plaintext = if opts.compare_plaintext {
+    if client.prompts.len() != prompts.len() {
+        return Err(Gpt2Error::Run(RunError::MissingOutput("generation")));
+    }
+    let plain = if opts.compare_plaintext {
         // All parties have finished, so this is the only reference left.
         let weights = Arc::try_unwrap(weights).unwrap_or_else(|w| (*w).clone());
-        let plain = PlainGpt2::new(config.clone(), weights)?;
-        Some(compare_plain(&plain, prompt, &secure_ids, &secure_logits)?)
+        Some(PlainGpt2::new(config.clone(), weights)?)
     } else {
         None
     };
-    Ok(Gpt2Report {
-        config,
-        prompt_ids: prompt.to_vec(),
-        mode: opts.mode,
-        secure_ids,
-        finish,
-        secure_logits,
-        plaintext,
-        elapsed: run.elapsed,
-        share_time,
-        step_times: first.step_times,
-        stats: run.stats,
-        costs,
-    })
+    let mut reports = Vec::with_capacity(prompts.len());
+    for (prompt, run_of) in prompts.iter().zip(client.prompts) {
+        let g = run_of.generation;
+        let plaintext = match &plain {
+            Some(plain) => Some(compare_plain(plain, prompt, &g.ids, &g.logits)?),
+            None => None,
+        };
+        reports.push(Gpt2Report {
+            config: config.clone(),
+            prompt_ids: prompt.clone(),
+            mode: opts.mode,
+            secure_ids: g.ids,
+            finish: g.finish,
+            secure_logits: g.logits,
+            plaintext,
+            elapsed: run.elapsed,
+            share_time,
+            step_times: run_of.step_times,
+            stats: run.stats.clone(),
+            costs: costs.clone(),
+        });
+    }
+    Ok(reports)
 }
 
 /// The plaintext greedy ids, and the plaintext logits and margins along the secure

@@ -7,6 +7,7 @@
 mod and;
 mod b2a;
 mod blocks;
+mod drafts;
 mod eq;
 mod gelu;
 mod input;
@@ -26,6 +27,7 @@ mod trunc;
 
 pub use and::and;
 pub use b2a::{b2a, mul_bit, select};
+pub use drafts::{Accepted, accept_drafts};
 pub use eq::{eq, eq_public};
 pub use gelu::{
     ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_precise, gelu_with, silu,

@@ -71,6 +71,27 @@ impl KvCache {
     pub(crate) fn advance(&mut self, rows: usize) {
         self.len += rows;
     }
+
+    /// Keeps the first `len` positions of every layer (drops rejected drafts).
+    ///
+    /// # Errors
+    /// `Misuse` if `len` is beyond the cached positions.
+    pub(crate) fn truncate(&mut self, len: usize) -> Result<(), Error> {
+        if len > self.len {
+            return Err(Error::misuse("a KV cache cannot grow by truncation"));
+        }
+        if len == self.len {
+            return Ok(());
+        }
+        for layer in &mut self.layers {
+            for part in layer.keys.iter_mut().chain(layer.values.iter_mut()) {
+                let dim = part.len() / self.len.max(1);
+                *part = part.slice(0..len * dim)?;
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
 }
 
 /// The core of attention: `batches` independent problems, each `rows` queries against

@@ -538,31 +538,64 @@ impl SharedDecoder {
         self.head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// The embeddings of `rows` one-hot rows at positions `start..start + rows`.
+    /// The embeddings of one-hot rows (`positions.len() × vocab`), row i at position
+    /// `positions[i]`.
     pub(super) async fn embed_rows(
         &self,
         ctx: &mut Ctx,
         one_hot: &Shares,
-        rows: usize,
-        start: usize,
+        positions: &[usize],
     ) -> Result<Shares, Error> {
         let d = self.spec.d;
+        let rows = positions.len();
         let x = embed(ctx, one_hot, &self.embed, rows, self.spec.vocab, d).await?;
         match &self.positions {
-            Some(p) => x.add(&p.slice(start * d..(start + rows) * d)?),
+            Some(p) => {
+                let idx: Vec<usize> = positions.iter().flat_map(|&t| t * d..(t + 1) * d).collect();
+                x.add(&p.gather(&idx)?)
+            }
             None => Ok(x),
         }
     }
 
-    /// Evaluates the blocks on `x` (`rows × d`, positions `cache.len()..`), extending the
-    /// cache; returns the residual stream before the final norm.
+    /// The logits (`rows × vocab`) of the residual stream's `rows × d` rows `hidden`: the
+    /// final norm, then the head.
+    pub(super) async fn logits(
+        &self,
+        ctx: &mut Ctx,
+        hidden: &Shares,
+        rows: usize,
+        settings: &SecureSettings,
+        costs: &mut LayerCosts,
+    ) -> Result<Shares, Error> {
+        let (d, v) = (self.spec.d, self.spec.vocab);
+        let m0 = ctx.meter();
+        let normed = self
+            .final_norm
+            .forward(ctx, hidden, rows, d, settings.residual_bound)
+            .await?;
+        let m1 = ctx.meter();
+        costs.add(self.final_norm.kind(), m0, m1);
+        // Logitsᵀ = head · hiddenᵀ (`vocab × rows`), then back to `rows × vocab`: two local
+        // permutations of small matrices instead of a stored transpose of the head.
+        let hidden_t = normed.gather(&transpose(rows, d))?;
+        let logits_t = proto::matmul_fixed(ctx, self.head(), &hidden_t, v, d, rows).await?;
+        let logits = logits_t.gather(&transpose(v, rows))?;
+        costs.add(LayerKind::LmHead, m1, ctx.meter());
+        Ok(logits)
+    }
+
+    /// Evaluates the blocks on `x`, the new rows of a batch of sequences: sequence s has
+    /// `rows[s]` rows at positions `caches[s].len()..` (rows in sequence order), attends
+    /// over its own cache only, and extends it. All sequences share every round. Returns
+    /// the residual stream before the final norm.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn blocks_forward(
         &self,
         ctx: &mut Ctx,
         mut x: Shares,
-        rows: usize,
-        cache: &mut KvCache,
+        caches: &mut [&mut KvCache],
+        seq_rows: &[usize],
         settings: &SecureSettings,
         costs: &mut LayerCosts,
         step: usize,
@@ -572,7 +605,22 @@ impl SharedDecoder {
         let (d, h, bound) = (spec.d, spec.heads, settings.residual_bound);
         let (qw, kvw) = (h.q_width(), h.kv_width());
         let width = qw + 2 * kvw;
-        let past = cache.len();
+        if caches.len() != seq_rows.len() || seq_rows.contains(&0) {
+            return Err(Error::misuse(
+                "a batched step needs one cache and at least one row per sequence",
+            ));
+        }
+        let rows: usize = seq_rows.iter().sum();
+        let positions = batch_positions(caches, seq_rows);
+        // Sequence s's rows within the heads-major layout `heads × rows × dim`.
+        let firsts: Vec<usize> = seq_rows
+            .iter()
+            .scan(0, |acc, &r| {
+                let first = *acc;
+                *acc += r;
+                Some(first)
+            })
+            .collect();
         let (q_idx, k_idx, v_idx) = (
             split_heads(rows, width, 0, h.q, h.dim),
             split_heads(rows, width, qw, h.kv, h.dim),
@@ -591,8 +639,8 @@ impl SharedDecoder {
             Positions::Rotary { theta } => {
                 let fx = ctx.fixed();
                 Some((
-                    RopeMap::new(h.q, rows, h.dim, past, theta, fx)?,
-                    RopeMap::new(h.kv, rows, h.dim, past, theta, fx)?,
+                    RopeMap::new(h.q, &positions, h.dim, theta, fx)?,
+                    RopeMap::new(h.kv, &positions, h.dim, theta, fx)?,
                 ))
             }
             Positions::Learned => None,
@@ -620,17 +668,45 @@ impl SharedDecoder {
                     (q, k)
                 }
             };
-            let attn = attention::causal(
-                ctx,
-                h,
-                (&q, &k, &v),
-                rows,
-                cache,
-                layer,
-                settings.softmax_exp,
-                costs,
+            // Each sequence attends over its own cache; the sequences share the rounds.
+            let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
+            let mut seq_costs = vec![LayerCosts::default(); caches.len()];
+            let mut inputs = Vec::with_capacity(caches.len());
+            for (&first, &r) in firsts.iter().zip(seq_rows) {
+                inputs.push((
+                    q.gather(&rows_of_heads(h.q, rows, first, r, h.dim))?,
+                    k.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
+                    v.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
+                ));
+            }
+            let outs = puma_core::try_join_all(
+                forks
+                    .iter_mut()
+                    .zip(caches.iter_mut())
+                    .zip(seq_costs.iter_mut())
+                    .zip(inputs.iter().zip(seq_rows))
+                    .map(|(((c, cache), sc), ((q, k, v), &r))| {
+                        attention::causal(
+                            c,
+                            h,
+                            (q, k, v),
+                            r,
+                            cache,
+                            layer,
+                            settings.softmax_exp,
+                            sc,
+                        )
+                    })
+                    .collect(),
             )
             .await?;
+            // Meters count the whole session, so the sequences, running in lockstep, each
+            // measured all of it: one reading is the layer's cost (up to the few extra
+            // rounds of a longer sequence's softmax, which land in the next kind).
+            if let Some(first) = seq_costs.first() {
+                costs.merge(first);
+            }
+            let attn = Shares::concat(&outs.iter().collect::<Vec<_>>())?;
             let m3 = ctx.meter();
             let o = blk.attn_out.forward(ctx, &attn, rows).await?;
             x = x.add(&o)?;
@@ -661,13 +737,36 @@ impl SharedDecoder {
                 obs(Progress::Layer { step, layer });
             }
         }
-        cache.advance(rows);
+        for (cache, &r) in caches.iter_mut().zip(seq_rows) {
+            cache.advance(r);
+        }
         Ok(x)
     }
 }
 
+/// The positions of a batched step's rows: sequence s's `seq_rows[s]` rows continue its
+/// cache.
+fn batch_positions(caches: &[&mut KvCache], seq_rows: &[usize]) -> Vec<usize> {
+    caches
+        .iter()
+        .zip(seq_rows)
+        .flat_map(|(c, &r)| c.len()..c.len() + r)
+        .collect()
+}
+
+/// Gather indices of rows `first..first + rows` of every head in a `heads × total × dim`
+/// layout, as a `heads × rows × dim` layout.
+fn rows_of_heads(heads: usize, total: usize, first: usize, rows: usize, dim: usize) -> Vec<usize> {
+    (0..heads)
+        .flat_map(|hh| {
+            let base = (hh * total + first) * dim;
+            base..base + rows * dim
+        })
+        .collect()
+}
+
 /// The rotary embedding of vectors laid out as `heads × rows × dim` (row i at position
-/// `start + i`) as a public linear map: out = x·C + swap(x)·S' with C, S' at f bits
+/// `positions[i]`) as a public linear map: out = x·C + swap(x)·S' with C, S' at f bits
 /// (local); the caller truncates by f, batched.
 struct RopeMap {
     cs: Vec<u64>,
@@ -678,21 +777,22 @@ struct RopeMap {
 impl RopeMap {
     fn new(
         heads: usize,
-        rows: usize,
+        positions: &[usize],
         dim: usize,
-        start: usize,
         theta: f64,
         fx: FixedPoint,
     ) -> Result<RopeMap, Error> {
         let half = dim / 2;
+        let rows = positions.len();
         let n = heads * rows * dim;
         let mut map = RopeMap {
             cs: Vec::with_capacity(n),
             ss: Vec::with_capacity(n),
             swap: Vec::with_capacity(n),
         };
-        let angles: Vec<(Vec<f64>, Vec<f64>)> = (0..rows)
-            .map(|i| crate::llama::rope::cos_sin(start + i, dim, theta))
+        let angles: Vec<(Vec<f64>, Vec<f64>)> = positions
+            .iter()
+            .map(|&t| crate::llama::rope::cos_sin(t, dim, theta))
             .collect();
         for h in 0..heads {
             for (i, (cos, sin)) in angles.iter().enumerate() {
@@ -742,28 +842,32 @@ pub async fn forward_logits(
     settings: &SecureSettings,
 ) -> Result<Option<Vec<f64>>, Error> {
     let spec = &model.spec;
-    let (d, v) = (spec.d, spec.vocab);
+    let v = spec.vocab;
     if len == 0 || len > spec.max_positions {
         return Err(Error::misuse(
             "input length must be in 1..=the model's maximum positions",
         ));
     }
     let one_hot = share_one_hot(ctx, client, ids, len, 1, v).await?;
-    let x = model.embed_rows(ctx, &one_hot, len, 0).await?;
+    let positions: Vec<usize> = (0..len).collect();
+    let x = model.embed_rows(ctx, &one_hot, &positions).await?;
     let mut cache = KvCache::default();
     let mut costs = LayerCosts::default();
     let hidden = model
-        .blocks_forward(ctx, x, len, &mut cache, settings, &mut costs, 0, None)
+        .blocks_forward(
+            ctx,
+            x,
+            &mut [&mut cache],
+            &[len],
+            settings,
+            &mut costs,
+            0,
+            None,
+        )
         .await?;
-    let hidden = model
-        .final_norm
-        .forward(ctx, &hidden, len, d, settings.residual_bound)
+    let logits = model
+        .logits(ctx, &hidden, len, settings, &mut costs)
         .await?;
-    // Logitsᵀ = head · hiddenᵀ (`vocab × len`), then back to `len × vocab`: two local
-    // permutations of small matrices instead of a stored transpose of the head.
-    let hidden_t = hidden.gather(&transpose(len, d))?;
-    let logits_t = proto::matmul_fixed(ctx, model.head(), &hidden_t, v, d, len).await?;
-    let logits = logits_t.gather(&transpose(v, len))?;
     let fx = ctx.fixed();
     Ok(proto::reveal_to(ctx, &logits, client)
         .await?

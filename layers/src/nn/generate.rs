@@ -17,6 +17,7 @@ use puma_core::{Ctx, Error, PartyId, Shares, Width, proto};
 use super::attention::KvCache;
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
+use super::draft::padded_drafts;
 use super::embedding::share_one_hot;
 use super::settings::SecureSettings;
 use crate::nn::LayerCosts;
@@ -53,6 +54,9 @@ pub struct Decoding {
     /// parties draw it in every mode; in `RevealLogits` mode the client still learns the
     /// logits beside the drawn id.
     pub sampling: Option<SamplingParams>,
+    /// Speculative verification: tokens the client drafts per step (0: none). Needs
+    /// `SecureArgmax` mode and greedy picks; see [`generate_batch`].
+    pub drafts: usize,
 }
 
 impl Decoding {
@@ -64,6 +68,7 @@ impl Decoding {
             eos: Vec::new(),
             client_stops: false,
             sampling: None,
+            drafts: 0,
         }
     }
 
@@ -74,12 +79,21 @@ impl Decoding {
     }
 
     /// Whether the client tells the other parties after every step if generation goes on.
-    fn client_signals(&self) -> bool {
+    fn client_ends(&self) -> bool {
         if self.client_picks() {
             self.client_stops || !self.eos.is_empty()
         } else {
-            self.client_stops && self.mode != OutputMode::Private
+            // With drafts the client sees several tokens per step, any of which may end.
+            self.mode != OutputMode::Private
+                && (self.client_stops || (self.drafts > 0 && !self.eos.is_empty()))
         }
+    }
+
+    /// Whether the parties open each step's bit "the pick is an end-of-sequence id".
+    fn opens_eos(&self) -> bool {
+        let client_decides =
+            self.mode != OutputMode::Private && (self.client_stops || self.drafts > 0);
+        !(self.client_picks() || self.eos.is_empty() || client_decides)
     }
 }
 
@@ -134,8 +148,11 @@ pub enum Progress {
         /// The block index.
         layer: usize,
     },
-    /// The client learned the token of a step (client only; not in `Private` mode).
+    /// The client learned a token (client only; not in `Private` mode). With speculative
+    /// verification a step gives several.
     Token {
+        /// The sequence in the batch (0 for a single prompt).
+        seq: usize,
         /// The generation step (0 = the prompt).
         step: usize,
         /// The token id.
@@ -177,27 +194,67 @@ fn client_verdict(decoding: &Decoding, stop: Option<&StopCheck>, ids: &[u32], id
     }
 }
 
-/// The client's one bit "generation ends here" to both other parties, in the current
-/// epoch: the client passes its verdict, the others learn only [`Finish::Ended`] or not.
+/// The client's bits "generation ends here", one per sequence, to both other parties, in
+/// the current epoch: the client passes its verdicts, the others learn only
+/// [`Finish::Ended`] or not for each of the `n` sequences.
 ///
-/// Rounds: 1 (0 when it joins a round the client sends in anyway). Bytes: 2 from the
-/// client (one bit to each peer).
+/// Rounds: 1 (0 when it joins a round the client sends in anyway). Bytes: 2·⌈n/8⌉ from
+/// the client.
 async fn signal_end(
     ctx: &mut Ctx,
     client: PartyId,
-    verdict: Option<Finish>,
-) -> Result<Option<Finish>, Error> {
+    verdicts: &[Finish],
+    n: usize,
+) -> Result<Vec<Option<Finish>>, Error> {
     if ctx.me() == client {
-        let v = verdict.ok_or(Error::misuse("the client has no verdict to send"))?;
-        let end = u64::from(v != Finish::Length);
-        for peer in [client.next(), client.prev()] {
-            ctx.send(peer, &[end], Width::BIT)?;
+        if verdicts.len() != n {
+            return Err(Error::misuse("the client has no verdict to send"));
         }
-        Ok((v != Finish::Length).then_some(v))
+        let bits: Vec<u64> = verdicts
+            .iter()
+            .map(|&v| u64::from(v != Finish::Length))
+            .collect();
+        for peer in [client.next(), client.prev()] {
+            ctx.send(peer, &bits, Width::BIT)?;
+        }
+        Ok(verdicts
+            .iter()
+            .map(|&v| (v != Finish::Length).then_some(v))
+            .collect())
     } else {
-        let bit = ctx.recv(client, 1, Width::BIT).await?;
-        Ok((bit.first().copied().unwrap_or(0) != 0).then_some(Finish::Ended))
+        let bits = ctx.recv(client, n, Width::BIT).await?;
+        Ok(bits
+            .iter()
+            .map(|&b| (b != 0).then_some(Finish::Ended))
+            .collect())
     }
+}
+
+/// One sequence of a batch during generation.
+struct Sequence {
+    cache: KvCache,
+    /// One-hot rows of the tokens not yet in the cache: the prompt, then the last pick.
+    pending: Shares,
+    pending_rows: usize,
+    /// Tokens produced so far; public (every party counts them).
+    produced: usize,
+    /// The prompt and the output so far, for drafting (client only).
+    context: Vec<u32>,
+    /// The generated ids in `Private` mode, still shared.
+    shared_ids: Vec<Shares>,
+    out: Generation,
+    active: bool,
+}
+
+/// What a step produced for one sequence.
+#[derive(Default)]
+struct StepResult {
+    /// Drafts accepted (public).
+    accepted: usize,
+    /// The opened end-of-sequence bit, if it was opened.
+    eos: Option<bool>,
+    /// The client's tokens of the step: accepted drafts, then the pick (client only).
+    tokens: Vec<u32>,
 }
 
 /// Secure generation of at most `decoding.max_new` tokens, greedy or drawn
@@ -211,10 +268,12 @@ async fn signal_end(
 /// client's bit travels with the next token's one-hot); in `SecureArgmax` mode the
 /// end-of-sequence bit is opened with the id (no round) and a stop test costs one round
 /// per token; in `Private` mode opening the end-of-sequence bit costs one round per token.
+/// With speculative verification ([`Decoding::drafts`]) see [`generate_batch`].
 ///
 /// # Errors
-/// `Misuse` for an empty or too long prompt, ids outside the vocabulary or a client
-/// without its stop test; `Protocol` on a malformed message.
+/// `Misuse` for an empty or too long prompt, ids outside the vocabulary, a client
+/// without its stop test or rules that do not go together; `Protocol` on a malformed
+/// message.
 #[allow(clippy::too_many_arguments)]
 pub async fn generate(
     ctx: &mut Ctx,
@@ -227,10 +286,67 @@ pub async fn generate(
     observer: Option<Observer>,
     stop: Option<&StopCheck>,
 ) -> Result<Generation, Error> {
+    let prompts = prompt.map(|p| vec![p.to_vec()]);
+    let mut outs = generate_batch(
+        ctx,
+        model,
+        client,
+        prompts.as_deref(),
+        &[prompt_len],
+        decoding,
+        settings,
+        observer,
+        stop,
+    )
+    .await?;
+    outs.pop()
+        .ok_or(Error::bug("a batch of one produced no generation"))
+}
+
+/// [`generate`] for a batch of prompts of public lengths `lens` (ragged), which share
+/// every round: a step costs the rounds of one sequence (up to the extra rounds of the
+/// longest sequence's softmax), and its bytes are the sum of theirs. The client passes
+/// the prompts (`Some`, one per length). Every sequence follows the same `decoding` rules
+/// and ends on its own; the others go on. Returns one [`Generation`] per prompt, in order,
+/// each with the costs of the whole batch.
+///
+/// **Speculative verification** ([`Decoding::drafts`] = k > 0, `SecureArgmax` mode,
+/// greedy): at each step the client drafts k tokens that continue its sequence by prompt
+/// lookup ([`super::draft::prompt_lookup`], a public method over the prompt and the
+/// output so far), shares them as one-hot rows, and the parties evaluate them with the
+/// pending token in one KV-cached pass; [`proto::accept_drafts`] finds on shares how many
+/// drafts equal the model's greedy picks and the pick after them. The client learns the
+/// accepted drafts and that pick: the output is exactly greedy decoding's. Every party
+/// learns how many drafts were accepted at each step (it trims the KV cache to them):
+/// that is the schedule of the output's length, never a token. k is public and cut near
+/// the token limit. Costs per step: one round for the drafts (joined with the client's
+/// end bits), the forward pass over k + 1 rows, 2 + ⌈log2 k⌉ rounds to verify, and the
+/// opening of the count (with the id).
+///
+/// # Errors
+/// As [`generate`]; `Misuse` also for no prompts or prompts that do not match `lens`.
+#[allow(clippy::too_many_arguments)]
+pub async fn generate_batch(
+    ctx: &mut Ctx,
+    model: &SharedDecoder,
+    client: PartyId,
+    prompts: Option<&[Vec<u32>]>,
+    lens: &[usize],
+    decoding: &Decoding,
+    settings: &SecureSettings,
+    observer: Option<Observer>,
+    stop: Option<&StopCheck>,
+) -> Result<Vec<Generation>, Error> {
     let spec = model.spec();
     let (d, v) = (spec.d, spec.vocab);
     let (max_new, mode) = (decoding.max_new, decoding.mode);
-    if prompt_len == 0 || prompt_len.saturating_add(max_new) > spec.max_positions {
+    if lens.is_empty() {
+        return Err(Error::misuse("a batch needs at least one prompt"));
+    }
+    if lens
+        .iter()
+        .any(|&l| l == 0 || l.saturating_add(max_new) > spec.max_positions)
+    {
         return Err(Error::misuse(
             "prompt length plus new tokens must be in 1..=the model's maximum positions",
         ));
@@ -243,93 +359,177 @@ pub async fn generate(
     if let Some(p) = &decoding.sampling {
         p.validate(v)?;
     }
+    if decoding.drafts > 0 && (mode != OutputMode::SecureArgmax || decoding.sampling.is_some()) {
+        return Err(Error::misuse(
+            "speculative verification needs the secure-argmax output mode and greedy picks",
+        ));
+    }
     let is_client = ctx.me() == client;
     if is_client && decoding.client_stops && stop.is_none() {
         return Err(Error::misuse(
             "the client must pass its stop test when the decoding says it has one",
         ));
     }
+    let contexts: Vec<Vec<u32>> = match (is_client, prompts) {
+        (true, Some(p))
+            if p.len() == lens.len() && p.iter().zip(lens).all(|(p, &l)| p.len() == l) =>
+        {
+            p.to_vec()
+        }
+        (true, _) => {
+            return Err(Error::misuse(
+                "the client must pass one prompt of each public length",
+            ));
+        }
+        (false, _) => vec![Vec::new(); lens.len()],
+    };
     let fx = ctx.fixed();
-    let mut out = Generation::default();
-    let mut cache = KvCache::default();
-    let mut generated_shared: Vec<Shares> = Vec::new();
-    // The first step's one-hot comes from the client; a step's costs include its input.
-    let mut step_begin = ctx.meter();
-    let mut one_hot = share_one_hot(ctx, client, prompt, prompt_len, 1, v).await?;
-    out.costs.add(LayerKind::Input, step_begin, ctx.meter());
-    let mut rows = prompt_len;
     let emit = |ev| {
         if let Some(obs) = observer.as_ref() {
             obs(ev);
         }
     };
-    for step in 0..max_new {
-        let last_step = step + 1 == max_new;
+    let mut costs = LayerCosts::default();
+    let mut step_costs = Vec::new();
+    // The first step's one-hot rows come from the client; a step's costs include its input.
+    let mut step_begin = ctx.meter();
+    let all_prompts: Option<Vec<u32>> = is_client.then(|| contexts.concat());
+    let total: usize = lens.iter().sum();
+    let prompt_hot = share_one_hot(ctx, client, all_prompts.as_deref(), total, 1, v).await?;
+    costs.add(LayerKind::Input, step_begin, ctx.meter());
+    let mut seqs = Vec::with_capacity(lens.len());
+    let mut first = 0;
+    for (&len, context) in lens.iter().zip(contexts) {
+        seqs.push(Sequence {
+            cache: KvCache::default(),
+            pending: prompt_hot.slice(first * v..(first + len) * v)?,
+            pending_rows: len,
+            produced: 0,
+            context,
+            shared_ids: Vec::new(),
+            out: Generation::default(),
+            active: max_new > 0,
+        });
+        first += len;
+    }
+    for step in 0.. {
+        let active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].active).collect();
+        if active.is_empty() {
+            break;
+        }
+        // Drafts: a public count per sequence, kept below the token limit; the client's
+        // end bits of the last step travel in the same epoch.
+        let k: Vec<usize> = active
+            .iter()
+            .map(|&i| {
+                let remaining = max_new.saturating_sub(seqs[i].produced);
+                decoding.drafts.min(remaining.saturating_sub(1))
+            })
+            .collect();
+        let drafted: usize = k.iter().sum();
+        // The client's drafts of each sequence (empty elsewhere).
+        let drafts: Vec<Vec<u32>> = active
+            .iter()
+            .zip(&k)
+            .map(|(&i, &kk)| {
+                if is_client {
+                    padded_drafts(&seqs[i].context, kk)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let draft_hot = if drafted > 0 {
+            let m = ctx.meter();
+            let ids: Option<Vec<u32>> = is_client.then(|| drafts.concat());
+            let hot = share_one_hot(ctx, client, ids.as_deref(), drafted, 1, v).await?;
+            costs.add(LayerKind::Input, m, ctx.meter());
+            Some(hot)
+        } else {
+            None
+        };
+        // The step's rows: per sequence its pending rows, then its drafts.
+        let mut parts = Vec::with_capacity(2 * active.len());
+        let mut seq_rows = Vec::with_capacity(active.len());
+        let mut positions = Vec::new();
+        let mut drafts_at = 0;
+        for (&i, &kk) in active.iter().zip(&k) {
+            let s = &seqs[i];
+            parts.push(s.pending.clone());
+            if let (true, Some(h)) = (kk > 0, &draft_hot) {
+                parts.push(h.slice(drafts_at * v..(drafts_at + kk) * v)?);
+                drafts_at += kk;
+            }
+            let r = s.pending_rows + kk;
+            positions.extend(s.cache.len()..s.cache.len() + r);
+            seq_rows.push(r);
+        }
+        let input = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
         let start = ctx.meter();
-        let mut next_input_begin = None;
-        let x = model.embed_rows(ctx, &one_hot, rows, cache.len()).await?;
-        out.costs.add(LayerKind::Embedding, start, ctx.meter());
-        let hidden = model
-            .blocks_forward(
+        let x = model.embed_rows(ctx, &input, &positions).await?;
+        costs.add(LayerKind::Embedding, start, ctx.meter());
+        let cached_before: Vec<usize> = active.iter().map(|&i| seqs[i].cache.len()).collect();
+        let hidden = {
+            let mut caches: Vec<&mut KvCache> = seqs
+                .iter_mut()
+                .filter(|s| s.active)
+                .map(|s| &mut s.cache)
+                .collect();
+            model
+                .blocks_forward(
+                    ctx,
+                    x,
+                    &mut caches,
+                    &seq_rows,
+                    settings,
+                    &mut costs,
+                    step,
+                    observer.as_ref(),
+                )
+                .await?
+        };
+        // Only each sequence's last 1 + k positions are needed: the pick after the
+        // pending token and after each draft.
+        let mut idx = Vec::new();
+        let mut row = 0;
+        for (&r, &kk) in seq_rows.iter().zip(&k) {
+            idx.extend((row + r - 1 - kk) * d..(row + r) * d);
+            row += r;
+        }
+        let picked_rows: usize = k.iter().map(|kk| kk + 1).sum();
+        let logits = model
+            .logits(
                 ctx,
-                x,
-                rows,
-                &mut cache,
+                &hidden.gather(&idx)?,
+                picked_rows,
                 settings,
-                &mut out.costs,
-                step,
-                observer.as_ref(),
+                &mut costs,
             )
             .await?;
-        // Only the last position is needed for the next token.
-        let m0 = ctx.meter();
-        let last = hidden.slice((rows - 1) * d..rows * d)?;
-        let last = model
-            .final_norm
-            .forward(ctx, &last, 1, d, settings.residual_bound)
-            .await?;
-        let m1 = ctx.meter();
-        out.costs.add(model.final_norm.kind(), m0, m1);
-        // head · lastᵀ: a `d`-vector is the same in both layouts.
-        let logits = proto::matmul_fixed(ctx, model.head(), &last, v, d, 1).await?;
         let m2 = ctx.meter();
-        out.costs.add(LayerKind::LmHead, m1, m2);
-        // The client's verdict on the token it learned (client only).
-        let mut verdict = None;
-        let mut ended = None;
+        let mut results: Vec<StepResult> = active.iter().map(|_| StepResult::default()).collect();
+        // The one-hot rows of each sequence's next pending token (parties' picks).
+        let mut next_hot: Vec<Option<Shares>> = vec![None; active.len()];
+        let mut next_input_begin = None;
+        let lasts: Vec<bool> = active
+            .iter()
+            .map(|&i| seqs[i].produced + 1 >= max_new)
+            .collect();
         if decoding.client_picks() {
-            let next = match proto::reveal_to(ctx, &logits, client).await? {
-                Some(raw) => {
-                    let vals = fx.decode_slice(&raw);
-                    let id = argmax_lowest(&vals) as u32;
-                    out.ids.push(id);
-                    out.logits.push(vals);
-                    emit(Progress::Token { step, id });
-                    verdict = Some(client_verdict(decoding, stop, &out.ids, id));
-                    Some([id])
+            if let Some(raw) = proto::reveal_to(ctx, &logits, client).await? {
+                let vals = fx.decode_slice(&raw);
+                for ((res, &i), chunk) in results.iter_mut().zip(&active).zip(vals.chunks(v)) {
+                    let id = argmax_lowest(chunk) as u32;
+                    seqs[i].out.logits.push(chunk.to_vec());
+                    res.tokens.push(id);
                 }
-                None => None,
-            };
-            out.costs.add(LayerKind::Output, m2, ctx.meter());
-            if !last_step {
-                let m3 = ctx.meter();
-                next_input_begin = Some(m3);
-                // The verdict goes in the same epoch as the next one-hot: no round.
-                if decoding.client_signals() {
-                    ended = signal_end(ctx, client, verdict).await?;
-                }
-                if ended.is_none() {
-                    one_hot =
-                        share_one_hot(ctx, client, next.as_ref().map(|n| &n[..]), 1, 1, v).await?;
-                }
-                out.costs.add(LayerKind::Input, m3, ctx.meter());
             }
         } else {
-            // The parties pick the token; in RevealLogits mode the client also learns
+            // The parties pick the tokens; in RevealLogits mode the client also learns
             // the logits, in the same rounds.
             let (mut c_pick, mut c_logits) = (ctx.fork(), ctx.fork());
             let ((hot, id_share), revealed) = puma_core::try_join(
-                pick_token(&mut c_pick, &logits, v, decoding, settings),
+                pick_token(&mut c_pick, &logits, picked_rows, v, decoding, settings),
                 async {
                     if mode == OutputMode::RevealLogits {
                         proto::reveal_to(&mut c_logits, &logits, client).await
@@ -340,104 +540,316 @@ pub async fn generate(
             )
             .await?;
             if let Some(raw) = revealed {
-                out.logits.push(fx.decode_slice(&raw));
+                let vals = fx.decode_slice(&raw);
+                for (&i, chunk) in active.iter().zip(vals.chunks(v)) {
+                    seqs[i].out.logits.push(chunk.to_vec());
+                }
+            }
+            // Per sequence: the pick of its single row, or the verified drafts' outcome.
+            let mut row_at = Vec::with_capacity(active.len());
+            let mut r0 = 0;
+            for &kk in &k {
+                row_at.push(r0);
+                r0 += kk + 1;
+            }
+            let spec_seqs: Vec<usize> = (0..active.len()).filter(|&j| k[j] > 0).collect();
+            let mut draft_rows_at = vec![0; active.len()];
+            let mut dr = 0;
+            for (j, &kk) in k.iter().enumerate() {
+                draft_rows_at[j] = dr;
+                dr += kk;
+            }
+            let mut forks: Vec<Ctx> = spec_seqs.iter().map(|_| ctx.fork()).collect();
+            let mut checks = Vec::with_capacity(spec_seqs.len());
+            for &j in &spec_seqs {
+                let (r, kk) = (row_at[j], k[j]);
+                let drafts = draft_hot
+                    .as_ref()
+                    .ok_or(Error::bug("drafted rows missing"))?
+                    .slice(draft_rows_at[j] * v..(draft_rows_at[j] + kk) * v)?;
+                checks.push((
+                    hot.slice(r * v..(r + kk + 1) * v)?,
+                    id_share.slice(r..r + kk + 1)?,
+                    drafts,
+                    kk,
+                ));
+            }
+            let verified = puma_core::try_join_all(
+                forks
+                    .iter_mut()
+                    .zip(&checks)
+                    .map(|(c, (h, ids, dr, kk))| proto::accept_drafts(c, h, ids, dr, *kk, v))
+                    .collect(),
+            )
+            .await?;
+            let mut next_ids = Vec::with_capacity(active.len());
+            let mut verified = verified.into_iter();
+            let mut counts = Vec::with_capacity(spec_seqs.len());
+            for (j, &r) in row_at.iter().enumerate() {
+                if k[j] > 0 {
+                    let acc = verified
+                        .next()
+                        .ok_or(Error::bug("a verified sequence is missing"))?;
+                    next_hot[j] = Some(acc.next);
+                    next_ids.push(acc.next_id);
+                    counts.push(acc.count);
+                } else {
+                    next_hot[j] = Some(hot.slice(r * v..(r + 1) * v)?);
+                    next_ids.push(id_share.slice(r..r + 1)?);
+                }
             }
             // [token ∈ eos] is the sum of the one-hot's entries at the eos ids (local).
-            // Not when the client's own verdict (which includes it) ends the step.
-            let client_decides = mode != OutputMode::Private && decoding.client_stops;
-            let open_eos = !(decoding.eos.is_empty() || last_step || client_decides);
-            let eos_bit = if open_eos {
-                let mut picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
-                // Each id once, so that the sum is a bit.
-                picks.sort_unstable();
-                picks.dedup();
-                Some(hot.gather(&picks)?.sum_chunks(picks.len())?)
-            } else {
-                None
-            };
-            let id_to_client = mode != OutputMode::Private;
-            let (mut c_id, mut c_eos) = (ctx.fork(), ctx.fork());
-            let (id, eos_open) = puma_core::try_join(
+            let mut eos_picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
+            // Each id once, so that the sum is a bit.
+            eos_picks.sort_unstable();
+            eos_picks.dedup();
+            let mut eos_of = Vec::new();
+            let mut eos_bits = Vec::new();
+            if decoding.opens_eos() {
+                for (j, hot_j) in next_hot.iter().enumerate() {
+                    if !lasts[j] {
+                        let h = hot_j.as_ref().ok_or(Error::bug("a pick is missing"))?;
+                        eos_bits.push(h.gather(&eos_picks)?.sum_chunks(eos_picks.len())?);
+                        eos_of.push(j);
+                    }
+                }
+            }
+            let me = ctx.me();
+            let all_ids = concat_or_empty(me, &next_ids)?;
+            let all_counts = concat_or_empty(me, &counts)?;
+            let all_eos = concat_or_empty(me, &eos_bits)?;
+            // The ids to the client, the counts and end bits to all: one round.
+            let (mut c_id, mut c_open) = (ctx.fork(), ctx.fork());
+            let (ids_open, public) = puma_core::try_join(
                 async {
-                    if id_to_client {
-                        proto::reveal_to(&mut c_id, &id_share, client).await
+                    if mode != OutputMode::Private {
+                        proto::reveal_to(&mut c_id, &all_ids, client).await
                     } else {
                         Ok(None)
                     }
                 },
                 async {
-                    match &eos_bit {
-                        Some(b) => proto::reveal_all(&mut c_eos, b).await.map(Some),
-                        None => Ok(None),
+                    let both = Shares::concat(&[&all_counts, &all_eos])?;
+                    if both.is_empty() {
+                        Ok(Vec::new())
+                    } else {
+                        proto::reveal_all(&mut c_open, &both).await
                     }
                 },
             )
             .await?;
-            if let Some(raw) = id {
-                let id = raw.first().copied().unwrap_or(0) as u32;
-                out.ids.push(id);
-                emit(Progress::Token { step, id });
-                verdict = Some(client_verdict(decoding, stop, &out.ids, id));
-            }
-            if let Some(open) = eos_open {
-                match open.first().copied() {
-                    Some(0) => {}
-                    Some(1) => ended = Some(Finish::Eos),
-                    _ => return Err(Error::bug("an opened end-of-sequence bit is not a bit")),
+            let (count_vals, eos_vals) = public.split_at(counts.len().min(public.len()));
+            for (&j, &c) in spec_seqs.iter().zip(count_vals) {
+                if c > k[j] as u64 {
+                    return Err(Error::bug("an opened draft count exceeds the drafts"));
+                }
+                if let Some(res) = results.get_mut(j) {
+                    res.accepted = c as usize;
                 }
             }
-            if decoding.client_signals() && !last_step {
-                ended = signal_end(ctx, client, verdict).await?;
+            for (&j, &b) in eos_of.iter().zip(eos_vals) {
+                if b > 1 {
+                    return Err(Error::bug("an opened end-of-sequence bit is not a bit"));
+                }
+                if let Some(res) = results.get_mut(j) {
+                    res.eos = Some(b == 1);
+                }
+            }
+            if let Some(raw) = ids_open {
+                for ((res, mine), &id) in results.iter_mut().zip(&drafts).zip(&raw) {
+                    // The accepted drafts are the first ones the client drafted.
+                    res.tokens.extend(mine.iter().take(res.accepted));
+                    res.tokens.push(id as u32);
+                }
             }
             if mode == OutputMode::Private {
-                generated_shared.push(id_share);
+                for (&i, id) in active.iter().zip(next_ids) {
+                    seqs[i].shared_ids.push(id);
+                }
             }
-            out.costs.add(LayerKind::Output, m2, ctx.meter());
-            one_hot = hot;
         }
-        rows = 1;
+        // The client's view: each token in order, until a rule ends the sequence.
+        let mut verdicts = vec![Finish::Length; active.len()];
+        for (j, (&i, res)) in active.iter().zip(&results).enumerate() {
+            let s = &mut seqs[i];
+            s.produced += res.accepted + 1;
+            for &id in &res.tokens {
+                s.out.ids.push(id);
+                s.context.push(id);
+                emit(Progress::Token { seq: i, step, id });
+                let verdict = client_verdict(decoding, stop, &s.out.ids, id);
+                if verdict != Finish::Length {
+                    verdicts[j] = verdict;
+                    s.out.finish = verdict;
+                    break;
+                }
+            }
+            if let Some(true) = res.eos {
+                s.out.finish = Finish::Eos;
+            }
+        }
+        costs.add(LayerKind::Output, m2, ctx.meter());
+        // Who goes on: a sequence ends at the token limit, at an opened end bit, or when
+        // the client says so (one bit per sequence that could go on).
+        let mut goes_on: Vec<bool> = results
+            .iter()
+            .zip(&lasts)
+            .map(|(r, &last)| !last && r.eos != Some(true))
+            .collect();
+        let m3 = ctx.meter();
+        let askers: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
+        if decoding.client_ends() && !askers.is_empty() {
+            if decoding.client_picks() {
+                next_input_begin = Some(m3);
+            }
+            let mine: Vec<Finish> = if is_client {
+                askers.iter().map(|&j| verdicts[j]).collect()
+            } else {
+                Vec::new()
+            };
+            let ended = signal_end(ctx, client, &mine, askers.len()).await?;
+            if !decoding.client_picks() {
+                costs.add(LayerKind::Output, m3, ctx.meter());
+            }
+            for (&j, e) in askers.iter().zip(ended) {
+                if let Some(e) = e {
+                    goes_on[j] = false;
+                    let s = &mut seqs[active[j]];
+                    if !is_client || s.out.finish == Finish::Length {
+                        s.out.finish = e;
+                    }
+                }
+            }
+        }
+        // The next pending token of each sequence that goes on.
+        if decoding.client_picks() {
+            let cont: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
+            if !cont.is_empty() {
+                next_input_begin.get_or_insert(m3);
+                let ids: Option<Vec<u32>> = is_client.then(|| {
+                    cont.iter()
+                        .filter_map(|&j| results[j].tokens.last().copied())
+                        .collect()
+                });
+                let hot = share_one_hot(ctx, client, ids.as_deref(), cont.len(), 1, v).await?;
+                for (n, &j) in cont.iter().enumerate() {
+                    next_hot[j] = Some(hot.slice(n * v..(n + 1) * v)?);
+                }
+            }
+            // The client's bits and the next one-hot rows: one epoch.
+            costs.add(LayerKind::Input, m3, ctx.meter());
+        }
+        for (j, &i) in active.iter().enumerate() {
+            let s = &mut seqs[i];
+            // Keep the pending rows and the accepted drafts; drop the rejected ones.
+            s.cache
+                .truncate(cached_before[j] + s.pending_rows + results[j].accepted)?;
+            s.active = goes_on[j];
+            if goes_on[j] {
+                s.pending = next_hot[j]
+                    .take()
+                    .ok_or(Error::bug("the next token of a going sequence is missing"))?;
+                s.pending_rows = 1;
+            }
+        }
         let end = next_input_begin.unwrap_or_else(|| ctx.meter());
-        out.step_costs.push((
+        step_costs.push((
             end.payload_bytes_sent - step_begin.payload_bytes_sent,
             end.epoch - step_begin.epoch,
         ));
         step_begin = end;
         emit(Progress::Step { step });
-        if let Some(v) = verdict.filter(|&v| v != Finish::Length) {
-            // The client's own reason (also on the last step, where nothing is signalled).
-            out.finish = v;
-        }
-        if let Some(e) = ended {
-            if !is_client || out.finish == Finish::Length {
-                out.finish = e;
-            }
-            break;
-        }
     }
-    if mode == OutputMode::Private && !generated_shared.is_empty() {
-        let all = Shares::concat(&generated_shared.iter().collect::<Vec<_>>())?;
-        if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
-            out.ids = raw.iter().map(|&x| x as u32).collect();
-            // The parties generated on; the client cuts the output where its rules end it.
-            if let Some(k) = out.ids.iter().position(|i| decoding.eos.contains(i)) {
-                out.ids.truncate(k + 1);
-                out.finish = Finish::Eos;
-            }
-            if decoding.client_stops
-                && let Some(s) = stop
-                && let Some(k) = (0..out.ids.len()).find(|&k| s(out.ids.get(..=k).unwrap_or(&[])))
-            {
-                out.ids.truncate(k + 1);
-                out.finish = Finish::Stop;
+    if mode == OutputMode::Private {
+        let shared: Vec<&Shares> = seqs.iter().flat_map(|s| s.shared_ids.iter()).collect();
+        if !shared.is_empty() {
+            let all = Shares::concat(&shared)?;
+            if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
+                let mut at = 0;
+                for s in &mut seqs {
+                    let n = s.shared_ids.len();
+                    s.out.ids = raw
+                        .get(at..at + n)
+                        .ok_or(Error::bug("revealed ids are short"))?
+                        .iter()
+                        .map(|&x| x as u32)
+                        .collect();
+                    at += n;
+                    s.client_cut(decoding, stop);
+                }
             }
         }
     }
-    Ok(out)
+    Ok(seqs
+        .into_iter()
+        .map(|s| Generation {
+            costs: costs.clone(),
+            step_costs: step_costs.clone(),
+            ..s.out
+        })
+        .collect())
 }
 
-/// The next token on shares: its one-hot (0/1 integers) and its id, by the argmax or by
-/// drawing it ([`Decoding::sampling`]).
+/// The concatenation of `parts`, which may be none.
+fn concat_or_empty(me: PartyId, parts: &[Shares]) -> Result<Shares, Error> {
+    if parts.is_empty() {
+        Ok(Shares::zeros(me, 0))
+    } else {
+        Shares::concat(&parts.iter().collect::<Vec<_>>())
+    }
+}
+
+impl Sequence {
+    /// In `Private` mode the parties generated on; the client cuts the output where its
+    /// rules end it.
+    fn client_cut(&mut self, decoding: &Decoding, stop: Option<&StopCheck>) {
+        let ids = &mut self.out.ids;
+        if let Some(k) = ids.iter().position(|i| decoding.eos.contains(i)) {
+            ids.truncate(k + 1);
+            self.out.finish = Finish::Eos;
+        }
+        if decoding.client_stops
+            && let Some(s) = stop
+            && let Some(k) = (0..ids.len()).find(|&k| s(ids.get(..=k).unwrap_or(&[])))
+        {
+            ids.truncate(k + 1);
+            self.out.finish = Finish::Stop;
+        }
+    }
+}
+
+/// The next token of each of `rows` logit rows on shares: its one-hot (0/1 integers) and
+/// its id, by the argmax or by drawing it ([`Decoding::sampling`]). Each row is its own
+/// call, joined with the others: a row's rounds do not depend on how many rows there are
+/// (a single call would spread one comparison budget over all rows, adding tournament
+/// levels).
 async fn pick_token(
+    ctx: &mut Ctx,
+    logits: &Shares,
+    rows: usize,
+    v: usize,
+    decoding: &Decoding,
+    settings: &SecureSettings,
+) -> Result<(Shares, Shares), Error> {
+    let mut forks: Vec<Ctx> = (0..rows).map(|_| ctx.fork()).collect();
+    let row_logits = (0..rows)
+        .map(|r| logits.slice(r * v..(r + 1) * v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let picks = puma_core::try_join_all(
+        forks
+            .iter_mut()
+            .zip(&row_logits)
+            .map(|(c, x)| pick_one(c, x, v, decoding, settings))
+            .collect(),
+    )
+    .await?;
+    let hot: Vec<&Shares> = picks.iter().map(|(h, _)| h).collect();
+    let ids: Vec<&Shares> = picks.iter().map(|(_, i)| i).collect();
+    Ok((Shares::concat(&hot)?, Shares::concat(&ids)?))
+}
+
+/// [`pick_token`] of one row.
+async fn pick_one(
     ctx: &mut Ctx,
     logits: &Shares,
     v: usize,

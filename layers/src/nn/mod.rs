@@ -6,7 +6,8 @@
 //! [`activation`]), the owner's check of its weights against the protocols' ranges
 //! ([`range`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
 //! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only, with one
-//! generation loop ([`mod@generate`]: output modes, end-of-sequence and stop rules). BERT /
+//! generation loop ([`mod@generate`]: output modes, end-of-sequence and stop rules, batches,
+//! speculative verification of the client's drafts ([`draft`])). BERT /
 //! RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
 
@@ -14,6 +15,7 @@ pub mod activation;
 pub mod attention;
 pub mod cost;
 pub mod decoder;
+pub mod draft;
 pub mod embedding;
 pub mod generate;
 pub mod linear;
@@ -30,7 +32,7 @@ pub use decoder::{
 };
 pub use generate::{
     Decoding, Finish, Generation, Observer, OutputMode, Progress, StopCheck, argmax_lowest,
-    generate,
+    generate, generate_batch,
 };
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};
