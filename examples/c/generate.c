@@ -1,11 +1,18 @@
 /*
  * Secure text generation through the puma-rs C API: P1 owns a GPT-2 checkpoint (by
  * default the Shakespeare model shipped in models/gpt2-shakespeare), P0 is the client
- * with a prompt, and the three parties generate tokens greedily with the secret-shared KV
- * cache, all in one session: one key setup, one model share, one generation. Only P0
- * learns the generated ids (here the parties only share the logits' argmax: secure-argmax
- * mode). The "network" is a function call: every frame a session polls is handed at once
- * to the session it is addressed to.
+ * with a prompt, and the three parties generate tokens with the secret-shared KV cache,
+ * all in one session: one key setup, one model share, two generations. Only P0 learns
+ * the generated ids (here the parties only reveal each picked id: secure-argmax mode).
+ * The "network" is a function call: every frame a session polls is handed at once to the
+ * session it is addressed to.
+ *
+ * 1. Greedy: MAX_NEW tokens, each the argmax; the client's token callback prints each id
+ *    as it is learned ("token: ..."), then "ids: ..." and the finish reason.
+ * 2. Sampled (temperature 0.8, top-k 40, top-p 0.95, drawn on shares), ending at the
+ *    model's end-of-sequence id or when the client's stop test says so (here: after a
+ *    newline token, id 198; a real host decodes the ids and looks for its stop strings).
+ *    Prints "sampled: ..." and the finish reason.
  *
  * The prompt is given as GPT-2 token ids (the tokenizer stays on the Rust side: e.g.
  * `puma_layers::Gpt2Tokenizer`); "ROMEO:" is 33676 4720 25.
@@ -59,6 +66,45 @@ static void run(puma_session *s[3], uint8_t *buf, size_t buf_len, puma_event_kin
   }
 }
 
+static const char *finish_name(uint32_t finish) {
+  switch (finish) {
+    case PUMA_FINISH_LENGTH: return "length";
+    case PUMA_FINISH_EOS: return "eos";
+    case PUMA_FINISH_STOP: return "stop";
+    case PUMA_FINISH_ENDED: return "ended";
+    default: return "?";
+  }
+}
+
+/* The client's token callback: each id as soon as the client learns it. */
+static void print_token(void *user_data, size_t step, uint32_t id) {
+  (void)user_data;
+  printf("token %zu: %u\n", step, id);
+  fflush(stdout);
+}
+
+/* The client's stop test: end after a newline token (GPT-2 id 198). */
+static int32_t stop_after_newline(void *user_data, const uint32_t *ids, size_t len) {
+  (void)user_data;
+  return len > 0 && ids[len - 1] == 198;
+}
+
+/* Takes P0's ids (the others must have none) and the finish reason; returns the count. */
+static size_t take_ids(puma_session *s[3], uint32_t *ids, size_t cap, uint32_t *finish) {
+  size_t n = 0;
+  CHECK(puma_session_result_finish(s[0], finish));
+  for (int i = 0; i < 3; i++) {
+    size_t written = 0;
+    CHECK(puma_session_take_ids(s[i], i == 0 ? ids : NULL, i == 0 ? cap : 0, &written));
+    if (i == 0) n = written;
+    else if (written != 0) {
+      fprintf(stderr, "P%d learned %zu ids\n", i, written);
+      exit(1);
+    }
+  }
+  return n;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: %s MODEL_DIR MAX_NEW PROMPT_ID...\n", argv[0]);
@@ -95,24 +141,48 @@ int main(int argc, char **argv) {
   printf("model: %zu layers, width %zu, %zu positions, vocabulary %zu\n", info.n_layer,
          info.d_model, info.max_positions, info.vocab_size);
 
-  /* P0 generates: the others pass no prompt, only its (public) length. */
+  /* P0 generates greedily: the others pass no prompt, only its (public) length; only the
+   * client's callbacks are used. */
+  puma_generate_options opts;
+  CHECK(puma_generate_options_init(&opts));
+  opts.max_new = max_new;
+  opts.mode = PUMA_OUTPUT_SECURE_ARGMAX;
+  opts.on_token = print_token;
   for (uint32_t i = 0; i < 3; i++)
-    CHECK(puma_session_start_generate(s[i], m[i], 0, i == 0 ? prompt : NULL, prompt_len, max_new,
-                                      PUMA_OUTPUT_SECURE_ARGMAX));
+    CHECK(puma_session_start_generate_with(s[i], m[i], 0, i == 0 ? prompt : NULL, prompt_len,
+                                           &opts));
   run(s, buf, buf_len, PUMA_EVENT_DONE);
-  size_t n = 0;
-  for (int i = 0; i < 3; i++) {
-    size_t written = 0;
-    CHECK(puma_session_take_ids(s[i], i == 0 ? ids : NULL, i == 0 ? max_new : 0, &written));
-    if (i == 0) n = written;
-    else if (written != 0) {
-      fprintf(stderr, "P%d learned %zu ids\n", i, written);
-      return 1;
-    }
-  }
+  uint32_t finish = 0;
+  size_t n = take_ids(s, ids, max_new, &finish);
   printf("ids:");
   for (size_t i = 0; i < n; i++) printf(" %u", ids[i]);
   printf("\n");
+  printf("finish: %s\n", finish_name(finish));
+
+  /* Sampled, with the model's end-of-sequence id and the client's stop test (every party
+   * passes the same rules; only the client passes the test). */
+  opts.temperature = 0.8;
+  opts.top_k = 40;
+  opts.top_p = 0.95;
+  opts.flags = PUMA_GENERATE_MODEL_EOS | PUMA_GENERATE_CLIENT_STOPS;
+  opts.on_token = NULL;
+  for (uint32_t i = 0; i < 3; i++) {
+    opts.stop = i == 0 ? stop_after_newline : NULL;
+    CHECK(puma_session_start_generate_with(s[i], m[i], 0, i == 0 ? prompt : NULL, prompt_len,
+                                           &opts));
+  }
+  run(s, buf, buf_len, PUMA_EVENT_DONE);
+  uint32_t sampled_finish = 0;
+  size_t sampled = take_ids(s, ids, max_new, &sampled_finish);
+  printf("sampled:");
+  for (size_t i = 0; i < sampled; i++) printf(" %u", ids[i]);
+  printf("\n");
+  printf("sampled finish: %s\n", finish_name(sampled_finish));
+  if (sampled == 0 || sampled > max_new ||
+      (sampled < max_new && sampled_finish == PUMA_FINISH_LENGTH)) {
+    fprintf(stderr, "%zu sampled ids, finish %s\n", sampled, finish_name(sampled_finish));
+    return 1;
+  }
 
   puma_stats st;
   CHECK(puma_session_stats(s[0], &st));

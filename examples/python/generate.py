@@ -5,8 +5,11 @@ P1 owns a GPT-2 checkpoint (by default the Shakespeare model shipped in
 models/gpt2-shakespeare), P0 is the client with a prompt, and the three parties generate
 tokens greedily with the secret-shared KV cache, all in one session: one key setup, one
 model share, one generation. P0 learns the last position's logits at each step
-(reveal-logits mode) and picks the next id; the other parties learn nothing. Frames polled
-from one session are handed at once to the session they are addressed to.
+(reveal-logits mode) and picks the next id; the other parties learn nothing. The client's
+token callback prints each id as it is learned ("token K: ID"); the generation's options
+(puma_generate_options) also take a temperature, top-k / top-p / min-p filters,
+end-of-sequence ids and a stop test (see examples/c/generate.c). Frames polled from one
+session are handed at once to the session they are addressed to.
 
 The prompt is given as GPT-2 token ids (the tokenizer stays on the Rust side, e.g.
 `puma_layers::Gpt2Tokenizer`); "ROMEO:" is 33676 4720 25.
@@ -14,7 +17,7 @@ The prompt is given as GPT-2 token ids (the tokenizer stays on the Rust side, e.
 Run (from the repository root, after `cargo build -p puma-ffi`):
     PUMA_FFI_LIB=target/debug/libpuma_ffi.so python3 examples/python/generate.py \\
         models/gpt2-shakespeare 4 33676 4720 25
-Prints the generated ids ("ids: ...") and "ok".
+Prints the generated ids ("ids: ..."), the finish reason and "ok".
 """
 
 import ctypes as C
@@ -27,6 +30,11 @@ PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED, PUMA_EVENT_PENDING = 0, 1, 2
 PUMA_EVENT_DONE, PUMA_EVENT_CLOSED = 3, 4
 PUMA_MAX_FRAME_LEN = 4194304
 PUMA_OUTPUT_REVEAL_LOGITS = 0
+FINISH_NAMES = ["length", "eos", "stop", "ended"]
+
+# Callbacks of puma_generate_options: puma_stop_fn and puma_token_fn.
+STOP_FN = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_uint32), C.c_size_t)
+TOKEN_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_uint32)
 
 
 class Event(C.Structure):
@@ -43,6 +51,23 @@ class ModelInfo(C.Structure):
     ]
 
 
+class GenerateOptions(C.Structure):
+    _fields_ = [
+        ("max_new", C.c_size_t),
+        ("mode", C.c_uint32),
+        ("flags", C.c_uint32),
+        ("temperature", C.c_double),
+        ("top_k", C.c_size_t),
+        ("top_p", C.c_double),
+        ("min_p", C.c_double),
+        ("eos_ids", C.POINTER(C.c_uint32)),
+        ("eos_len", C.c_size_t),
+        ("stop", STOP_FN),
+        ("on_token", TOKEN_FN),
+        ("user_data", C.c_void_p),
+    ]
+
+
 def load(path):
     lib = C.CDLL(path)
     p, sz, u32, u64 = C.c_void_p, C.c_size_t, C.c_uint32, C.c_uint64
@@ -54,7 +79,11 @@ def load(path):
         "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
         "puma_session_start_model_share": [p, u32, C.c_char_p],
         "puma_session_take_model": [p, C.POINTER(p)],
-        "puma_session_start_generate": [p, p, u32, C.POINTER(u32), sz, sz, u32],
+        "puma_generate_options_init": [C.POINTER(GenerateOptions)],
+        "puma_session_start_generate_with": [
+            p, p, u32, C.POINTER(u32), sz, C.POINTER(GenerateOptions)
+        ],
+        "puma_session_result_finish": [p, C.POINTER(u32)],
         "puma_session_take_ids": [p, C.POINTER(u32), sz, C.POINTER(sz)],
         "puma_model_get_info": [p, C.POINTER(ModelInfo)],
         "puma_model_free": [p],
@@ -133,15 +162,25 @@ def main():
     check(lib, lib.puma_model_get_info(models[0], C.byref(info)), "model_get_info")
     print(f"model: {info.n_layer} layers, width {info.d_model}, vocabulary {info.vocab_size}")
 
-    # P0 generates: the others pass no prompt, only its (public) length.
+    # P0 generates: the others pass no prompt, only its (public) length, and the same
+    # options (only the client's callback is called).
     ids_in = (C.c_uint32 * len(prompt))(*prompt)
+    opts = GenerateOptions()
+    check(lib, lib.puma_generate_options_init(C.byref(opts)), "generate_options_init")
+    opts.max_new = max_new
+    opts.mode = PUMA_OUTPUT_REVEAL_LOGITS
+
+    def on_token(_user_data, step, token):
+        print(f"token {step}: {token}", flush=True)
+
+    opts.on_token = TOKEN_FN(on_token)  # kept alive by `opts` until the end
     for i, (s, m) in enumerate(zip(sessions, models)):
         ids = ids_in if i == 0 else None
-        st = lib.puma_session_start_generate(
-            s, m, 0, ids, len(prompt), max_new, PUMA_OUTPUT_REVEAL_LOGITS
-        )
-        check(lib, st, "start_generate")
+        st = lib.puma_session_start_generate_with(s, m, 0, ids, len(prompt), C.byref(opts))
+        check(lib, st, "start_generate_with")
     run(lib, sessions, buf)
+    finish = C.c_uint32()
+    check(lib, lib.puma_session_result_finish(sessions[0], C.byref(finish)), "result_finish")
     out = (C.c_uint32 * max_new)()
     generated = []
     for i, s in enumerate(sessions):
@@ -153,6 +192,7 @@ def main():
         if i == 0:
             generated = list(out)
     print("ids: " + " ".join(str(i) for i in generated))
+    print(f"finish: {FINISH_NAMES[finish.value]}")
 
     # A clean end: every party closes and sends its last frames.
     for s in sessions:

@@ -220,6 +220,21 @@ fn join(ids: &[u32]) -> String {
     ids.join(",")
 }
 
+/// The text the client printed token by token before its `ids:` line (the streamed text
+/// ends its own line).
+fn streamed_text(out: &str) -> &str {
+    out.split_once("\nids: ")
+        .map(|(streamed, _)| streamed)
+        .unwrap_or_else(|| panic!("no ids line after the streamed text: {out}"))
+}
+
+/// The client's streamed text is the whole text of its final `text:` line.
+#[track_caller]
+fn streamed_is_the_final_text(out: &str) {
+    let text = format!("text: {:?}", streamed_text(out));
+    assert!(out.lines().any(|l| l == text), "want {text:?}: {out}");
+}
+
 /// The ids of the client's `ids: 1,2,3` line.
 fn printed_ids(out: &str) -> Vec<u32> {
     let line = out
@@ -289,6 +304,7 @@ fn three_processes_complete_a_secure_gpt2_run() {
             Duration::from_secs(120),
         );
         assert_eq!(printed_ids(&out), want, "{transport}: {out}");
+        streamed_is_the_final_text(&out);
     }
 }
 
@@ -342,6 +358,8 @@ fn decoder_matches_in_process(
     assert_eq!(ids, r.secure_ids, "{name}: {out}");
     let text = format!("text: {:?}", tok.decode(&ids).unwrap());
     assert!(out.lines().any(|l| l == text), "{name}: {out}");
+    // Printed token by token as the client learned them: the same text.
+    assert_eq!(streamed_text(&out), tok.decode(&ids).unwrap(), "{name}");
     assert_eq!(Some(&ids), r.plaintext.as_ref().map(|p| &p.ids), "{name}");
     ids
 }

@@ -43,6 +43,58 @@
 #include <stdint.h>
 
 /**
+ * Output mode of a generation: the last position's logits of each step are revealed to
+ * the client, which picks the next id (greedy) and shares it. (With sampling, the parties
+ * draw the id and the client still learns the logits.)
+ */
+#define PUMA_OUTPUT_REVEAL_LOGITS 0
+
+/**
+ * Output mode: the parties pick each step's id securely and reveal only the id to the
+ * client.
+ */
+#define PUMA_OUTPUT_SECURE_ARGMAX 1
+
+/**
+ * Output mode: the generated ids stay shared until the end, when they are revealed to
+ * the client.
+ */
+#define PUMA_OUTPUT_PRIVATE 2
+
+/**
+ * Flag of `puma_generate_options`: also end at the end-of-sequence ids of the model's
+ * checkpoint (`puma_model_eos_ids`), besides `eos_ids`.
+ */
+#define PUMA_GENERATE_MODEL_EOS 1
+
+/**
+ * Flag of `puma_generate_options`: the client has a stop test of its own (`stop`; stop
+ * strings, typically). Every party passes the flag; only the client passes the test.
+ */
+#define PUMA_GENERATE_CLIENT_STOPS 2
+
+/**
+ * Finish reason (`puma_session_result_finish`): the generation produced `max_new` ids.
+ */
+#define PUMA_FINISH_LENGTH 0
+
+/**
+ * Finish reason: the last id is an end-of-sequence id.
+ */
+#define PUMA_FINISH_EOS 1
+
+/**
+ * Finish reason: the client's stop test ended the generation (at the client).
+ */
+#define PUMA_FINISH_STOP 2
+
+/**
+ * Finish reason: the client ended the generation, for a reason only the client knows
+ * (what the other parties learn when the client's stop test ends it).
+ */
+#define PUMA_FINISH_ENDED 3
+
+/**
  * Architecture of `puma_model_info`: GPT-2 (`model_type` `"gpt2"`).
  */
 #define PUMA_ARCH_GPT2 0
@@ -80,24 +132,6 @@
  * (`batch × d`).
  */
 #define PUMA_ENCODE_EMBEDDINGS 8
-
-/**
- * Output mode of `puma_session_start_generate`: the last position's logits of each step
- * are revealed to the client, which picks the next id (greedy) and shares it.
- */
-#define PUMA_OUTPUT_REVEAL_LOGITS 0
-
-/**
- * Output mode: the parties compute each step's argmax securely and reveal only the id to
- * the client.
- */
-#define PUMA_OUTPUT_SECURE_ARGMAX 1
-
-/**
- * Output mode: the generated ids stay shared until the end, when they are revealed to
- * the client.
- */
-#define PUMA_OUTPUT_PRIVATE 2
 
 /**
  * GeLU method for `puma_session_start_gelu`: PUMA's piecewise polynomial (8 rounds, max
@@ -243,6 +277,84 @@ typedef struct puma_session puma_session;
  * Shares are never readable from C: values leave only through `puma_session_start_reveal`.
  */
 typedef struct puma_tensor puma_tensor;
+
+/**
+ * The client's stop test: called with all ids generated so far (`len` of them, the last
+ * one new); returns nonzero to end the generation after the last id (which is kept).
+ * `ids` is valid only during the call. It must not call the library on the same session.
+ */
+typedef int32_t (*puma_stop_fn)(void *user_data, const uint32_t *ids, size_t len);
+
+/**
+ * The client's token observer: called once per generated id as the client learns it
+ * (`step` 0 is the id after the prompt), in order. Not called in `PUMA_OUTPUT_PRIVATE`
+ * mode, where the ids come only at the end. It must not call the library on the same
+ * session.
+ */
+typedef void (*puma_token_fn)(void *user_data, size_t step, uint32_t id);
+
+/**
+ * The rules of one generation (`puma_session_start_generate_with`). Start from
+ * `puma_generate_options_init`, then set fields. Every party passes the same values but
+ * the callbacks and `user_data`, which only the client's are used.
+ */
+typedef struct puma_generate_options {
+  /**
+   * The most tokens to generate (at least 1).
+   */
+  size_t max_new;
+  /**
+   * `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or `PUMA_OUTPUT_PRIVATE`.
+   */
+  uint32_t mode;
+  /**
+   * A sum of `PUMA_GENERATE_MODEL_EOS` and `PUMA_GENERATE_CLIENT_STOPS`.
+   */
+  uint32_t flags;
+  /**
+   * 0: take the most likely token (greedy). Above 0 (finite): draw each token from the
+   * softmax of the logits divided by it, on shares, from randomness no party knows
+   * alone.
+   */
+  double temperature;
+  /**
+   * Draw only among the `top_k` most likely tokens (at most the vocabulary size); 0:
+   * no such filter.
+   */
+  size_t top_k;
+  /**
+   * Draw only among the most likely tokens that together reach probability `top_p`, in
+   * (0, 1]; 1: no such filter.
+   */
+  double top_p;
+  /**
+   * Draw only among tokens at least `min_p` times as likely as the most likely, in
+   * [0, 1); 0: no such filter.
+   */
+  double min_p;
+  /**
+   * End-of-sequence ids (each below the vocabulary size): generation ends after the
+   * step that produces one of them, which is kept as the last id. May be `NULL` if
+   * `eos_len` is 0.
+   */
+  const uint32_t *eos_ids;
+  /**
+   * The number of `eos_ids`.
+   */
+  size_t eos_len;
+  /**
+   * The client's stop test (required at the client with `PUMA_GENERATE_CLIENT_STOPS`).
+   */
+  puma_stop_fn stop;
+  /**
+   * The client's token observer, or `NULL`.
+   */
+  puma_token_fn on_token;
+  /**
+   * Passed to `stop` and `on_token`; the library never dereferences it.
+   */
+  void *user_data;
+} puma_generate_options;
 
 /**
  * The public description of a model, of any architecture.
@@ -410,6 +522,120 @@ enum puma_status puma_fixed_encode(double x, uint32_t frac_bits, uint64_t *out);
 enum puma_status puma_fixed_decode(uint64_t v, uint32_t frac_bits, double *out);
 
 /**
+ * Writes the default generation options to `*out`: greedy (`temperature` 0, no
+ * filters: `top_k` 0, `top_p` 1, `min_p` 0), `PUMA_OUTPUT_SECURE_ARGMAX`, no flags, no
+ * end-of-sequence ids, no callbacks, and `max_new` 0 (set it).
+ *
+ * # Safety
+ * `out` must be valid for writing one `puma_generate_options`.
+ */
+enum puma_status puma_generate_options_init(struct puma_generate_options *out);
+
+/**
+ * Starts generating up to `options->max_new` tokens with the secret-shared KV cache
+ * (after the prompt, each step processes one position) after a prompt of `prompt_len`
+ * ids held by party `client`: the client passes its `prompt` ids (each below the
+ * vocabulary size), the other parties `NULL` and the same `prompt_len` (public). Every
+ * party passes the same options but the callbacks (see `puma_generate_options`).
+ *
+ * Each token is the argmax of the logits (ties to the lowest id), or, with a
+ * `temperature` above 0, drawn on shares after the filters (the randomness comes from the
+ * session's keys, so the same entropies, session id and sequence of operations draw the
+ * same tokens). Generation ends after `max_new` ids, after an end-of-sequence id
+ * (`eos_ids`, and the model's with `PUMA_GENERATE_MODEL_EOS`), or when the client's
+ * `stop` test says so (`PUMA_GENERATE_CLIENT_STOPS`); every party learns how many ids
+ * were generated. The client's `on_token` receives each id as it learns it (not in
+ * `PUMA_OUTPUT_PRIVATE` mode).
+ *
+ * Result: ids (`puma_session_take_ids`; at the client, none elsewhere) and the finish
+ * reason (`puma_session_result_finish`).
+ *
+ * Cost: as `puma_layers::nn::generate` (docs/PROTOCOLS.md): an end-of-sequence rule or a
+ * stop test adds no round in `PUMA_OUTPUT_REVEAL_LOGITS` mode; in
+ * `PUMA_OUTPUT_SECURE_ARGMAX` mode a stop test adds one round per token; in
+ * `PUMA_OUTPUT_PRIVATE` mode an end-of-sequence rule adds one round per token (the stop
+ * test runs at the client on the ids revealed at the end). Sampling costs the rounds of
+ * `proto::sample_rows` per token.
+ *
+ * Ownership: `prompt`, `options` and `eos_ids` are only read during the call; `model`
+ * stays owned by the caller (the operation keeps its own reference); `user_data` must
+ * stay valid until the operation is done.
+ *
+ * Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
+ * `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
+ * a non-client, an unknown mode or flag, a negative or non-finite `temperature`, `top_k`
+ * above the vocabulary, `top_p` outside (0, 1], `min_p` outside [0, 1), a filter with
+ * `temperature` 0, an end-of-sequence id not below the vocabulary size, no `stop` at the
+ * client with `PUMA_GENERATE_CLIENT_STOPS`, or a model of another party;
+ * `PUMA_ERR_NULL_POINTER` for null `options`, null `eos_ids` with `eos_len` above 0, or
+ * no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `model` a live model;
+ * `prompt` `NULL` or valid for reading `prompt_len` values; `options` valid for reading
+ * one `puma_generate_options` whose `eos_ids` is `NULL` or valid for reading `eos_len`
+ * values and whose callbacks, if not `NULL`, are functions of the types given.
+ */
+enum puma_status puma_session_start_generate_with(struct puma_session *session,
+                                                  const struct puma_model *model,
+                                                  uint32_t client,
+                                                  const uint32_t *prompt,
+                                                  size_t prompt_len,
+                                                  const struct puma_generate_options *options);
+
+/**
+ * Starts a greedy generation of exactly `max_new` tokens in output mode `mode`:
+ * `puma_session_start_generate_with` with the default options
+ * (`puma_generate_options_init`) but `max_new` and `mode`.
+ *
+ * Errors: as `puma_session_start_generate_with`.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `model` a live model;
+ * `prompt` `NULL` or valid for reading `prompt_len` values.
+ */
+enum puma_status puma_session_start_generate(struct puma_session *session,
+                                             const struct puma_model *model,
+                                             uint32_t client,
+                                             const uint32_t *prompt,
+                                             size_t prompt_len,
+                                             size_t max_new,
+                                             uint32_t mode);
+
+/**
+ * Writes the finish reason of the waiting generation result to `*out`:
+ * `PUMA_FINISH_LENGTH`, `PUMA_FINISH_EOS`, `PUMA_FINISH_STOP` (client only) or
+ * `PUMA_FINISH_ENDED` (the other parties, when the client's stop test ended it). Read it
+ * before `puma_session_take_ids`; the result stays.
+ *
+ * Errors: `PUMA_ERR_WRONG_STATE` if no result waits or it is not a generation's.
+ *
+ * # Safety
+ * `session` must be a live session used by no other thread; `out` must be valid for
+ * writing one `uint32_t`.
+ */
+enum puma_status puma_session_result_finish(const struct puma_session *session, uint32_t *out);
+
+/**
+ * Copies the end-of-sequence ids this party read from the checkpoint it named when the
+ * model was shared (`generation_config.json`, else `config.json`, in the directory of the
+ * config; or the GGUF metadata) to `out` (room for `out_len`) and writes their number to
+ * `*written`. `PUMA_GENERATE_MODEL_EOS` ends generation at them: compare them across the
+ * parties first if they named different files (the rules must be the same everywhere).
+ *
+ * Errors: `PUMA_ERR_INSUFFICIENT_SIZE` if `out_len` is too small (`*written` is the
+ * number needed); `PUMA_ERR_INVALID_ARGUMENT` for an encoder model.
+ *
+ * # Safety
+ * `model` must be a live model; `out` valid for writing `out_len` values (may be `NULL`
+ * if `out_len` is 0); `written` valid for writing one `size_t`.
+ */
+enum puma_status puma_model_eos_ids(const struct puma_model *model,
+                                    uint32_t *out,
+                                    size_t out_len,
+                                    size_t *written);
+
+/**
  * Starts sharing a model held by party `owner`, of the architecture that its
  * `config.json` names (`model_type` `"gpt2"`, `"llama"`, `"bert"` or `"roberta"`) or a
  * LLaMA GGUF file. At the owner, `path` is a Hugging Face checkpoint directory
@@ -451,35 +677,6 @@ enum puma_status puma_session_start_model_share(struct puma_session *session,
 enum puma_status puma_session_start_gpt2_share(struct puma_session *session,
                                                uint32_t owner,
                                                const char *path);
-
-/**
- * Starts generating `max_new` tokens (greedy, with the secret-shared KV cache: after the
- * prompt, each step processes one position) after a prompt of `prompt_len` ids held by
- * party `client`: the client passes its `prompt` ids (each below the vocabulary size),
- * the other parties `NULL` and the same `prompt_len` (public). `mode` says what the
- * client learns on the way: `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or
- * `PUMA_OUTPUT_PRIVATE`. Result: ids (`puma_session_take_ids`), the `max_new` generated
- * ids at the client and none elsewhere. Ties in the argmax go to the lowest id.
- *
- * Ownership: `prompt` is only read during the call; `model` stays owned by the caller
- * (the operation keeps its own reference, so the model may be freed while it runs).
- *
- * Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
- * `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
- * a non-client, an unknown mode or a model of another party; `PUMA_ERR_NULL_POINTER` for
- * no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
- *
- * # Safety
- * `session` must be a live session used by no other thread; `model` a live model;
- * `prompt` `NULL` or valid for reading `prompt_len` values.
- */
-enum puma_status puma_session_start_generate(struct puma_session *session,
-                                             const struct puma_model *model,
-                                             uint32_t client,
-                                             const uint32_t *prompt,
-                                             size_t prompt_len,
-                                             size_t max_new,
-                                             uint32_t mode);
 
 /**
  * Starts one secure forward pass of a decoder (GPT-2, LLaMA) over `len` token ids held

@@ -7,7 +7,7 @@
 //!
 //! A party creates a session (`puma_session_new`; one key setup round for its whole life),
 //! then runs operations one after the other: start one (`puma_session_start_share`,
-//! `_matmul`, `_gelu`, `_softmax`, ..., `_model_share`, `_gpt2_forward`, `_generate`),
+//! `_matmul`, `_gelu`, `_softmax`, ..., `_model_share`, `_gpt2_forward`, `_generate`, `_generate_with`),
 //! feed it the frames received from the peers (`puma_session_handle_frame`) and poll it
 //! (`puma_session_poll`) for frames to send, with their destination, until
 //! `PUMA_EVENT_DONE`; then take the result (a shared tensor, revealed values, a shared
@@ -35,6 +35,7 @@
 #![allow(non_camel_case_types)]
 
 mod error;
+mod generate;
 mod handle;
 mod model;
 mod ops;
@@ -46,11 +47,17 @@ use std::ffi::{CStr, c_char};
 use puma_core::FixedPoint;
 
 pub use error::puma_status;
+pub use generate::{
+    PUMA_FINISH_ENDED, PUMA_FINISH_EOS, PUMA_FINISH_LENGTH, PUMA_FINISH_STOP,
+    PUMA_GENERATE_CLIENT_STOPS, PUMA_GENERATE_MODEL_EOS, PUMA_OUTPUT_PRIVATE,
+    PUMA_OUTPUT_REVEAL_LOGITS, PUMA_OUTPUT_SECURE_ARGMAX, puma_generate_options,
+    puma_generate_options_init, puma_model_eos_ids, puma_session_result_finish,
+    puma_session_start_generate, puma_session_start_generate_with, puma_stop_fn, puma_token_fn,
+};
 pub use model::{
     PUMA_ARCH_BERT, PUMA_ARCH_GPT2, PUMA_ARCH_LLAMA, PUMA_ENCODE_EMBEDDINGS, PUMA_ENCODE_HIDDEN,
-    PUMA_ENCODE_LOGITS, PUMA_ENCODE_POOLED, PUMA_OUTPUT_PRIVATE, PUMA_OUTPUT_REVEAL_LOGITS,
-    PUMA_OUTPUT_SECURE_ARGMAX, puma_gpt2_config, puma_model, puma_model_config, puma_model_free,
-    puma_model_get_info, puma_model_info, puma_session_start_encode, puma_session_start_generate,
+    PUMA_ENCODE_LOGITS, PUMA_ENCODE_POOLED, puma_gpt2_config, puma_model, puma_model_config,
+    puma_model_free, puma_model_get_info, puma_model_info, puma_session_start_encode,
     puma_session_start_gpt2_forward, puma_session_start_gpt2_share, puma_session_start_model_share,
 };
 pub use ops::{

@@ -15,9 +15,8 @@ use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert};
 use puma_layers::bert::{BertBatch, BertConfig, BertWeights, load_bert};
 use puma_layers::gguf::GgufFile;
 use puma_layers::llama::{LlamaConfig, LlamaWeights, load_gguf, load_hf};
-use puma_layers::nn::{
-    Decoding, OutputMode, SecureSettings, SharedDecoder, forward_logits, generate,
-};
+use puma_layers::nn::{SecureSettings, SharedDecoder, forward_logits};
+use puma_layers::stopping::{eos_ids_in_dir, eos_ids_in_gguf};
 use puma_layers::{Gpt2Config, Gpt2Weights, load_gpt2};
 
 use crate::error::{FfiError, entry, puma_status};
@@ -44,16 +43,6 @@ pub const PUMA_ENCODE_LOGITS: u32 = 4;
 /// (`batch × d`).
 pub const PUMA_ENCODE_EMBEDDINGS: u32 = 8;
 
-/// Output mode of `puma_session_start_generate`: the last position's logits of each step
-/// are revealed to the client, which picks the next id (greedy) and shares it.
-pub const PUMA_OUTPUT_REVEAL_LOGITS: u32 = 0;
-/// Output mode: the parties compute each step's argmax securely and reveal only the id to
-/// the client.
-pub const PUMA_OUTPUT_SECURE_ARGMAX: u32 = 1;
-/// Output mode: the generated ids stay shared until the end, when they are revealed to
-/// the client.
-pub const PUMA_OUTPUT_PRIVATE: u32 = 2;
-
 /// One party's shares of a model of some architecture.
 pub(crate) enum SharedModel {
     /// A decoder (GPT-2 or LLaMA).
@@ -62,6 +51,8 @@ pub(crate) enum SharedModel {
         arch: u32,
         /// The shares.
         model: SharedDecoder,
+        /// The end-of-sequence ids of the checkpoint this party named (its own files).
+        eos: Vec<u32>,
     },
     /// A BERT / RoBERTa encoder.
     Encoder(SharedBert),
@@ -71,7 +62,7 @@ pub(crate) enum SharedModel {
 /// `puma_model_free`.
 pub struct puma_model {
     party: PartyId,
-    shared: Arc<SharedModel>,
+    pub(crate) shared: Arc<SharedModel>,
 }
 
 impl Handle for puma_model {
@@ -143,8 +134,8 @@ unsafe fn path<'a>(p: *const c_char) -> Result<&'a Path, FfiError> {
 
 /// What a party loaded to share a model: the public config, and the weights at the owner.
 enum Loaded {
-    Gpt2(Gpt2Config, Option<Gpt2Weights>),
-    Llama(LlamaConfig, Option<LlamaWeights>),
+    Gpt2(Gpt2Config, Option<Gpt2Weights>, Vec<u32>),
+    Llama(LlamaConfig, Option<LlamaWeights>, Vec<u32>),
     Bert(Box<(BertConfig, Option<BertWeights>)>),
 }
 
@@ -166,13 +157,15 @@ fn io_error(e: &dyn std::fmt::Display) -> FfiError {
 /// `config.json` file, its directory, or the GGUF file) elsewhere.
 fn load(path: &Path, owner: bool) -> Result<Loaded, FfiError> {
     if path.extension().is_some_and(|e| e == "gguf") {
+        let file = GgufFile::open(path).map_err(|e| io_error(&e))?;
+        let eos = eos_ids_in_gguf(&file);
         return if owner {
+            drop(file);
             let (cfg, w) = load_gguf(path).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Llama(cfg, Some(w)))
+            Ok(Loaded::Llama(cfg, Some(w), eos))
         } else {
-            let file = GgufFile::open(path).map_err(|e| io_error(&e))?;
             let cfg = LlamaConfig::from_gguf(&file).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Llama(cfg, None))
+            Ok(Loaded::Llama(cfg, None, eos))
         };
     }
     let config = config_file(path);
@@ -180,22 +173,27 @@ fn load(path: &Path, owner: bool) -> Result<Loaded, FfiError> {
         .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
     let json: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| io_error(&format_args!("{}: {e}", config.display())))?;
+    // A decoder's end-of-sequence ids, from the directory of its config.json.
+    let eos = || {
+        let dir = config.parent().unwrap_or(Path::new("."));
+        eos_ids_in_dir(dir).map_err(|e| io_error(&e))
+    };
     match json.get("model_type").and_then(serde_json::Value::as_str) {
         Some("gpt2") if owner => {
             let (cfg, w) = load_gpt2(path).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Gpt2(cfg, Some(w)))
+            Ok(Loaded::Gpt2(cfg, Some(w), eos()?))
         }
         Some("gpt2") => {
             let cfg = Gpt2Config::from_file(&config).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Gpt2(cfg, None))
+            Ok(Loaded::Gpt2(cfg, None, eos()?))
         }
         Some("llama") if owner => {
             let (cfg, w) = load_hf(path).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Llama(cfg, Some(w)))
+            Ok(Loaded::Llama(cfg, Some(w), eos()?))
         }
         Some("llama") => {
             let cfg = LlamaConfig::from_file(&config).map_err(|e| io_error(&e))?;
-            Ok(Loaded::Llama(cfg, None))
+            Ok(Loaded::Llama(cfg, None, eos()?))
         }
         Some("bert" | "roberta") if owner => {
             let (cfg, w) = load_bert(path).map_err(|e| io_error(&e))?;
@@ -219,13 +217,15 @@ fn load(path: &Path, owner: bool) -> Result<Loaded, FfiError> {
 /// first).
 async fn share(ctx: &mut Ctx, owner: PartyId, loaded: Loaded) -> Result<SharedModel, Error> {
     Ok(match loaded {
-        Loaded::Gpt2(cfg, w) => SharedModel::Decoder {
+        Loaded::Gpt2(cfg, w, eos) => SharedModel::Decoder {
             arch: PUMA_ARCH_GPT2,
             model: SharedDecoder::share(ctx, owner, &cfg, w.as_ref()).await?,
+            eos,
         },
-        Loaded::Llama(cfg, w) => SharedModel::Decoder {
+        Loaded::Llama(cfg, w, eos) => SharedModel::Decoder {
             arch: PUMA_ARCH_LLAMA,
             model: SharedDecoder::share(ctx, owner, &cfg, w.as_ref()).await?,
+            eos,
         },
         Loaded::Bert(b) => {
             let (cfg, w) = *b;
@@ -319,7 +319,7 @@ unsafe fn own_model<'a>(
 ///
 /// # Safety
 /// As [`own_model`].
-unsafe fn own_decoder<'a>(
+pub(crate) unsafe fn own_decoder<'a>(
     s: &puma_session,
     model: *const puma_model,
     what: &str,
@@ -339,7 +339,7 @@ unsafe fn own_decoder<'a>(
 ///
 /// # Safety
 /// `ids` must be null or valid for reading `len` values.
-unsafe fn client_ids(
+pub(crate) unsafe fn client_ids(
     s: &puma_session,
     client: PartyId,
     ids: *const u32,
@@ -362,85 +362,6 @@ unsafe fn client_ids(
         (false, true) => Ok(None),
         (false, false) => Err(FfiError::invalid("only the client passes ids")),
     }
-}
-
-/// Starts generating `max_new` tokens (greedy, with the secret-shared KV cache: after the
-/// prompt, each step processes one position) after a prompt of `prompt_len` ids held by
-/// party `client`: the client passes its `prompt` ids (each below the vocabulary size),
-/// the other parties `NULL` and the same `prompt_len` (public). `mode` says what the
-/// client learns on the way: `PUMA_OUTPUT_REVEAL_LOGITS`, `PUMA_OUTPUT_SECURE_ARGMAX` or
-/// `PUMA_OUTPUT_PRIVATE`. Result: ids (`puma_session_take_ids`), the `max_new` generated
-/// ids at the client and none elsewhere. Ties in the argmax go to the lowest id.
-///
-/// Ownership: `prompt` is only read during the call; `model` stays owned by the caller
-/// (the operation keeps its own reference, so the model may be freed while it runs).
-///
-/// Errors: `PUMA_ERR_INVALID_ARGUMENT` for `prompt_len` or `max_new` of 0,
-/// `prompt_len + max_new` above the model's positions, ids outside the vocabulary, ids at
-/// a non-client, an unknown mode or a model of another party; `PUMA_ERR_NULL_POINTER` for
-/// no ids at the client; `PUMA_ERR_WRONG_STATE` if an operation runs or a result waits.
-///
-/// # Safety
-/// `session` must be a live session used by no other thread; `model` a live model;
-/// `prompt` `NULL` or valid for reading `prompt_len` values.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn puma_session_start_generate(
-    session: *mut puma_session,
-    model: *const puma_model,
-    client: u32,
-    prompt: *const u32,
-    prompt_len: usize,
-    max_new: usize,
-    mode: u32,
-) -> puma_status {
-    entry(|| {
-        // SAFETY: the caller's contract.
-        let s = unsafe { handle::borrow_mut(session) }?;
-        s.check_idle()?;
-        // SAFETY: the caller's contract.
-        let m = unsafe { own_decoder(s, model, "generation") }?;
-        let client = party(client, "client")?;
-        let info = m.info();
-        if prompt_len == 0 || max_new == 0 {
-            return Err(FfiError::invalid(
-                "`prompt_len` and `max_new` must be positive",
-            ));
-        }
-        if prompt_len.saturating_add(max_new) > info.max_positions {
-            return Err(FfiError::invalid(format!(
-                "`prompt_len + max_new` must be at most {}",
-                info.max_positions
-            )));
-        }
-        let mode = match mode {
-            PUMA_OUTPUT_REVEAL_LOGITS => OutputMode::RevealLogits,
-            PUMA_OUTPUT_SECURE_ARGMAX => OutputMode::SecureArgmax,
-            PUMA_OUTPUT_PRIVATE => OutputMode::Private,
-            _ => return Err(FfiError::invalid(format!("unknown output mode {mode}"))),
-        };
-        // SAFETY: the caller's contract.
-        let mine = unsafe { client_ids(s, client, prompt, prompt_len, info.vocab_size) }?;
-        let shared = Arc::clone(&m.shared);
-        s.start(move |mut ctx| async move {
-            let SharedModel::Decoder { model, .. } = &*shared else {
-                return Err(Error::bug("generation on an encoder"));
-            };
-            let settings = SecureSettings::default();
-            let g = generate(
-                &mut ctx,
-                model,
-                client,
-                mine.as_deref(),
-                prompt_len,
-                &Decoding::new(max_new, mode),
-                &settings,
-                None,
-                None,
-            )
-            .await?;
-            Ok(OpResult::Ids((ctx.me() == client).then_some(g.ids)))
-        })
-    })
 }
 
 /// Starts one secure forward pass of a decoder (GPT-2, LLaMA) over `len` token ids held
@@ -500,9 +421,9 @@ pub unsafe extern "C" fn puma_session_start_gpt2_forward(
 }
 
 impl puma_model {
-    fn info(&self) -> puma_model_info {
+    pub(crate) fn info(&self) -> puma_model_info {
         match &*self.shared {
-            SharedModel::Decoder { arch, model } => {
+            SharedModel::Decoder { arch, model, .. } => {
                 let c = model.spec();
                 puma_model_info {
                     architecture: *arch,
@@ -563,6 +484,7 @@ pub unsafe extern "C" fn puma_model_config(
         let SharedModel::Decoder {
             arch: PUMA_ARCH_GPT2,
             model,
+            ..
         } = &*m.shared
         else {
             return Err(FfiError::invalid(

@@ -39,8 +39,9 @@ pub(crate) enum OpResult {
     Values(Option<Vec<f64>>),
     /// A shared model.
     Model(Box<SharedModel>),
-    /// Generated token ids: `Some` at the client, `None` at the other parties.
-    Ids(Option<Vec<u32>>),
+    /// Generated token ids (`Some` at the client, `None` at the other parties) and the
+    /// finish reason as this party knows it (a `PUMA_FINISH_*` code).
+    Ids(Option<Vec<u32>>, u32),
 }
 
 type OpFuture = Pin<Box<dyn Future<Output = Result<OpResult, Error>> + Send>>;
@@ -518,7 +519,7 @@ impl puma_session {
     }
 
     /// The waiting result, if any.
-    fn ready(&self) -> Option<&OpResult> {
+    pub(crate) fn ready(&self) -> Option<&OpResult> {
         match &self.state {
             State::Ready(r) => Some(r),
             _ => None,
@@ -821,7 +822,7 @@ pub unsafe extern "C" fn puma_session_result_len(
         let s = unsafe { handle::borrow(session) }?;
         let n = match s.ready() {
             Some(OpResult::Values(v)) => v.as_ref().map_or(0, Vec::len),
-            Some(OpResult::Ids(v)) => v.as_ref().map_or(0, Vec::len),
+            Some(OpResult::Ids(v, _)) => v.as_ref().map_or(0, Vec::len),
             Some(_) => {
                 return Err(FfiError::wrong_state(
                     "the last operation's result holds no values",
@@ -955,11 +956,11 @@ pub unsafe extern "C" fn puma_session_take_ids(
             take_array(
                 s,
                 |r| match r {
-                    OpResult::Ids(v) => Some(v.as_ref()),
+                    OpResult::Ids(v, _) => Some(v.as_ref()),
                     _ => None,
                 },
                 |r| match r {
-                    OpResult::Ids(v) => Ok(v),
+                    OpResult::Ids(v, _) => Ok(v),
                     other => Err(other),
                 },
                 out,

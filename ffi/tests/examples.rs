@@ -276,7 +276,8 @@ fn ids_line(ids: &[u32]) -> String {
 }
 
 /// `examples/c/generate.c`: text generation with the embedded Shakespeare GPT-2 through
-/// the C API gives the plaintext model's ids. Under valgrind it runs small: the tiny
+/// the C API gives the plaintext model's ids, streamed one by one to the client's token
+/// callback; its sampled run ends where its rules say. Under valgrind it runs small: the tiny
 /// model, a one-token prompt and two tokens (valgrind is some 50 times slower).
 #[test]
 fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind() {
@@ -297,6 +298,44 @@ fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind(
         "want {want:?}: {}",
         show(&out)
     );
+    // The token callback printed each id as it came, in order, before the whole list.
+    let tokens: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("token "))
+        .map(str::to_owned)
+        .collect();
+    let want_tokens: Vec<String> = want
+        .iter()
+        .enumerate()
+        .map(|(k, id)| format!("token {k}: {id}"))
+        .collect();
+    assert_eq!(tokens, want_tokens, "{}", show(&out));
+    assert!(
+        stdout.lines().any(|l| l == "finish: length"),
+        "{}",
+        show(&out)
+    );
+    // The sampled run ends at the length, the end-of-sequence id or the stop test (after
+    // a newline token, 198), and says which.
+    let sampled: Vec<u32> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sampled:"))
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let finish = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sampled finish: "))
+        .unwrap();
+    let last = *sampled.last().unwrap();
+    match finish {
+        "length" => assert_eq!(sampled.len(), 6),
+        "eos" => assert_eq!(last, 50256),
+        "stop" => assert_eq!(last, 198),
+        other => panic!("finish {other}: {}", show(&out)),
+    }
+    assert!(!sampled[..sampled.len() - 1].contains(&198), "{sampled:?}");
 
     let tiny = repo().join("models/gpt2-tiny-random");
     let plain = puma_layers::gpt2::plain::PlainGpt2::load(&tiny).unwrap();
@@ -317,7 +356,7 @@ fn c_generation_example_matches_the_plaintext_model_and_is_clean_under_valgrind(
 }
 
 /// `examples/python/generate.py`: text generation with the embedded Shakespeare GPT-2
-/// from Python (ctypes) gives the plaintext model's ids.
+/// from Python (ctypes) gives the plaintext model's ids, streamed to its token callback.
 #[test]
 fn python_generation_example_matches_the_plaintext_model() {
     let (prompt, want) = shakespeare(4);
@@ -337,6 +376,19 @@ fn python_generation_example_matches_the_plaintext_model() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.lines().any(|l| l == ids_line(&want)),
+        "{}",
+        show(&out)
+    );
+    // The client's token callback printed each id as it came, in order.
+    let tokens: Vec<&str> = stdout.lines().filter(|l| l.starts_with("token ")).collect();
+    let want_tokens: Vec<String> = want
+        .iter()
+        .enumerate()
+        .map(|(k, id)| format!("token {k}: {id}"))
+        .collect();
+    assert_eq!(tokens, want_tokens, "{}", show(&out));
+    assert!(
+        stdout.lines().any(|l| l == "finish: length"),
         "{}",
         show(&out)
     );

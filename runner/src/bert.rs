@@ -20,14 +20,16 @@ use std::time::{Duration, Instant};
 use ndarray::Array2;
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::bert::plain::{cosine_matrix, mean_pool_normalized};
-use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, Revealed, SharedBert, run};
+use puma_layers::bert::secure::{
+    BatchShape, BertHeads, Outputs, Revealed, SharedBert, run_observed,
+};
 use puma_layers::bert::weights::Linear;
 use puma_layers::bert::{
     BertBatch, BertConfig, BertError, BertFlavor, BertLayer, BertWeights, PlainBert,
 };
 use puma_layers::gpt2::config::Activation;
 use puma_layers::gpt2::weights::LayerNormWeights;
-use puma_layers::nn::{LayerCosts, SecureSettings};
+use puma_layers::nn::{LayerCosts, Observer, SecureSettings, ShareObserver};
 use puma_transports::{TransportError, mem};
 
 /// The client: holds the sentences and learns the output.
@@ -260,6 +262,23 @@ pub fn run_secure(
     settings: SecureSettings,
     seed: u64,
 ) -> Result<BertReport, BertRunError> {
+    run_secure_observed(model, batch, outputs, settings, seed, None, None)
+}
+
+/// [`run_secure`] whose **client** tells `sharing` how far the sharing of the model has
+/// come and `layers` of each finished encoder layer (`Progress::Layer`).
+///
+/// # Errors
+/// As [`run_secure`].
+pub fn run_secure_observed(
+    model: &LoadedBert,
+    batch: &BertBatch,
+    outputs: Outputs,
+    settings: SecureSettings,
+    seed: u64,
+    sharing: Option<ShareObserver>,
+    layers: Option<Observer>,
+) -> Result<BertReport, BertRunError> {
     batch.check(&model.config)?;
     if (outputs.pooled || outputs.logits) && model.weights.pooler.is_none() {
         return Err(BertError::MissingHead("pooler").into());
@@ -277,14 +296,27 @@ pub fn run_secure(
         let (cfg, shape) = (cfg.clone(), shape.clone());
         let w = (me == OWNER).then(|| Arc::clone(&weights));
         let b = (me == CLIENT).then(|| Arc::clone(&batch));
+        let (sharing, layers) = if me == CLIENT {
+            (sharing.clone(), layers.clone())
+        } else {
+            (None, None)
+        };
         move |mut ctx| async move {
             let t0 = Instant::now();
             let m0 = ctx.meter();
-            let shared = SharedBert::share(&mut ctx, OWNER, &cfg, heads, w.as_deref()).await?;
+            let shared = SharedBert::share_observed(
+                &mut ctx,
+                OWNER,
+                &cfg,
+                heads,
+                w.as_deref(),
+                sharing.as_ref(),
+            )
+            .await?;
             drop(w);
             let m1 = ctx.meter();
             let share_time = t0.elapsed();
-            let revealed = run(
+            let revealed = run_observed(
                 &mut ctx,
                 &shared,
                 CLIENT,
@@ -292,6 +324,7 @@ pub fn run_secure(
                 &shape,
                 outputs,
                 &settings,
+                layers.as_ref(),
             )
             .await?;
             Ok(PartyOut {

@@ -14,7 +14,7 @@ use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
     DecoderArch, Decoding, Finish, Generation, Observer, OutputMode, Progress, RangeError,
-    SecureSettings, SharedDecoder, StopCheck, decoder_range_check, generate_batch,
+    SecureSettings, ShareObserver, SharedDecoder, StopCheck, decoder_range_check, generate_batch,
 };
 use puma_transports::{TransportError, mem};
 
@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub compare_plaintext: bool,
     /// Session id and seed of the parties' entropy (demos and tests only).
     pub seed: u64,
+    /// Receives the **client's** progress while the model is shared, if given.
+    pub share_observer: Option<ShareObserver>,
 }
 
 impl Default for RunOptions {
@@ -65,6 +67,7 @@ impl Default for RunOptions {
             settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
+            share_observer: None,
         }
     }
 }
@@ -82,6 +85,10 @@ impl fmt::Debug for RunOptions {
             .field("settings", &self.settings)
             .field("compare_plaintext", &self.compare_plaintext)
             .field("seed", &self.seed)
+            .field(
+                "share_observer",
+                &self.share_observer.as_ref().map(|_| "observer"),
+            )
             .finish()
     }
 }
@@ -235,6 +242,11 @@ where
         let w = (me == OWNER).then(|| Arc::clone(weights));
         let ps = Arc::clone(&prompts_arc);
         let user_observer = if me == CLIENT { observer.clone() } else { None };
+        let share_observer = if me == CLIENT {
+            opts.share_observer.clone()
+        } else {
+            None
+        };
         let decoding = Arc::clone(&decoding);
         let stop = if me == CLIENT {
             opts.stop.clone()
@@ -244,7 +256,14 @@ where
         move |mut ctx| async move {
             let t0 = Instant::now();
             let m0 = ctx.meter();
-            let shared = SharedDecoder::share(&mut ctx, OWNER, &cfg, w.as_deref()).await?;
+            let shared = SharedDecoder::share_observed(
+                &mut ctx,
+                OWNER,
+                &cfg,
+                w.as_deref(),
+                share_observer.as_ref(),
+            )
+            .await?;
             // The owner's plaintext is not needed any more.
             drop(w);
             let m1 = ctx.meter();

@@ -449,16 +449,15 @@ where
             let shared = SharedDecoder::share(&mut ctx, OWNER, &config, weights.as_deref()).await?;
             // The owner's plaintext is not needed any more.
             drop(weights);
+            let mut decoding = Decoding::new(max_new, OutputMode::RevealLogits);
+            decoding.eos = eos;
             let generation = generate(
                 &mut ctx,
                 &shared,
                 CLIENT,
                 prompt.as_deref(),
                 prompt_len,
-                &Decoding {
-                    eos,
-                    ..Decoding::new(max_new, OutputMode::RevealLogits)
-                },
+                &decoding,
                 &settings,
                 observer,
                 None,

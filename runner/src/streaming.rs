@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use puma_layers::Tokenizer;
-use puma_layers::nn::{Observer, Progress, StopCheck};
+use puma_layers::nn::{Observer, Progress, ShareObserver, ShareProgress, StopCheck};
 
 /// What a program shows while a generation runs.
 pub struct LiveView {
@@ -79,6 +79,26 @@ impl LiveView {
         })
     }
 
+    /// The observer that shows how far the sharing of the model has come (give it the
+    /// client's events).
+    pub fn share_observer(self: &Arc<Self>) -> ShareObserver {
+        let view = Arc::clone(self);
+        Arc::new(move |p: ShareProgress| view.bar.set_message(sharing_message(p)))
+    }
+
+    /// The observer of an encoder's layers (one pass, `layers` blocks): the bar counts
+    /// them.
+    pub fn layer_observer(self: &Arc<Self>, layers: usize) -> Observer {
+        let view = Arc::clone(self);
+        Arc::new(move |ev: Progress| {
+            if let Progress::Layer { layer, .. } = ev {
+                view.bar.inc(1);
+                view.bar
+                    .set_message(format!("encoding, layer {}/{layers}", layer + 1));
+            }
+        })
+    }
+
     /// Whether tokens were printed as they came.
     pub fn streams(&self) -> bool {
         self.text.is_some()
@@ -91,6 +111,21 @@ impl LiveView {
             println!();
         }
     }
+}
+
+/// What the bar says while the model is shared: parameters shared so far, in millions.
+pub fn sharing_message(p: ShareProgress) -> String {
+    let m = |n: usize| n as f64 / 1e6;
+    let pct = if p.total == 0 {
+        100.0
+    } else {
+        100.0 * p.shared as f64 / p.total as f64
+    };
+    format!(
+        "sharing the model: {:.1}M/{:.1}M parameters ({pct:.0}%)",
+        m(p.shared),
+        m(p.total)
+    )
 }
 
 /// The client's stop test for `stops`: generation ends at the first token after which the

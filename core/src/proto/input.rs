@@ -153,6 +153,28 @@ pub async fn share_input_streamed<I>(
 where
     I: IntoIterator<Item = Result<Vec<u64>, Error>>,
 {
+    share_input_streamed_observed(ctx, owner, values, sizes, chunk_words, &mut |_| {}).await
+}
+
+/// [`share_input_streamed`] that tells `on_chunk` at every party how many of its `K`
+/// chunks are through, `1..=K` in order, each once: at the owner when it has sent chunk `k`
+/// (and heard back, but for the last), at the receiver when chunk `k` arrived, at the
+/// owner's next party when the owner's empty record of round `k` arrived (the last at the
+/// end). Same rounds and bytes.
+///
+/// # Errors
+/// As [`share_input_streamed`].
+pub async fn share_input_streamed_observed<I>(
+    ctx: &mut Ctx,
+    owner: PartyId,
+    values: Option<I>,
+    sizes: &[usize],
+    chunk_words: usize,
+    on_chunk: &mut (dyn FnMut(usize) + Send),
+) -> Result<Vec<Shares>, Error>
+where
+    I: IntoIterator<Item = Result<Vec<u64>, Error>>,
+{
     if chunk_words == 0 {
         return Err(Error::misuse("chunks must hold at least one word"));
     }
@@ -204,6 +226,7 @@ where
                             ctx.send(me.next(), &[], Width::W64)?;
                             ctx.recv(me.prev(), 0, Width::W64).await?;
                         }
+                        on_chunk(sent);
                     }
                 }
                 cs.push(v);
@@ -213,6 +236,7 @@ where
             }
             if sent < chunks {
                 ctx.send(me.prev(), &chunk, Width::W64)?;
+                on_chunk(chunks);
             }
             Ok(cs
                 .into_iter()
@@ -237,9 +261,11 @@ where
                 let mask = stream.take(n)?;
                 out.push(Shares::from_parts(me, mask, alloc::vec![0; n]));
             }
-            for _ in 1..chunks {
+            for k in 1..chunks {
                 ctx.recv(owner, 0, Width::W64).await?;
+                on_chunk(k);
             }
+            on_chunk(chunks);
             Ok(out)
         }
         (false, None) => {
@@ -268,6 +294,7 @@ where
                         piece += 1;
                     }
                 }
+                on_chunk(k + 1);
             }
             // Empty pieces take no words of any chunk.
             cs.resize_with(sizes.len(), Vec::new);
@@ -403,6 +430,51 @@ mod tests {
             assert_eq!(per, per_one.map(|x| x - 1 + rounds), "chunk {chunk}");
             // The same payload bytes from every party: the receiver's records are empty.
             assert_eq!(bytes, b_one, "chunk {chunk}");
+        }
+    }
+
+    /// Every party hears of each chunk once, in order, up to the last (317 words in chunks
+    /// of 7: 46; of 317: 1; an exact multiple, 300 words of 100: 3), whoever owns.
+    #[test]
+    fn streamed_reports_every_chunk_at_every_party() {
+        for (sizes, chunk, chunks) in [
+            (vec![300usize, 0, 10, 7], 7usize, 46usize),
+            (vec![300, 0, 10, 7], 317, 1),
+            (vec![200, 100], 100, 3),
+        ] {
+            for owner in PartyId::ALL {
+                let sizes = sizes.clone();
+                let out = Sim::new(5).run(|me| {
+                    let sizes = sizes.clone();
+                    move |mut ctx| async move {
+                        let mine = (me == owner).then(|| {
+                            sizes
+                                .iter()
+                                .map(|&n| Ok(vec![3u64; n]))
+                                .collect::<Vec<Result<Vec<u64>, Error>>>()
+                        });
+                        let mut seen = Vec::new();
+                        share_input_streamed_observed(
+                            &mut ctx,
+                            owner,
+                            mine,
+                            &sizes,
+                            chunk,
+                            &mut |k| seen.push(k),
+                        )
+                        .await?;
+                        Ok::<_, Error>(seen)
+                    }
+                });
+                let want: Vec<usize> = (1..=chunks).collect();
+                for (i, r) in out.results.iter().enumerate() {
+                    assert_eq!(
+                        r.as_ref().ok(),
+                        Some(&want),
+                        "P{i}, owner {owner:?}, chunk {chunk}"
+                    );
+                }
+            }
         }
     }
 

@@ -33,7 +33,9 @@ pub use gelu::{
     ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_precise, gelu_with, silu,
     silu_chebyshev,
 };
-pub use input::{share_input, share_input_parts, share_input_streamed};
+pub use input::{
+    share_input, share_input_parts, share_input_streamed, share_input_streamed_observed,
+};
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
 pub use logistic::tanh;
 pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};

@@ -19,8 +19,10 @@
 //! `--synthetic bert-base --layers L`); the `bench_models` binary scales such runs to the
 //! whole model.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{CommandFactory, Parser, ValueEnum};
@@ -31,9 +33,10 @@ use puma_layers::nn::{GeluApprox, LayerCosts, SecureSettings};
 use puma_layers::{Tokenizer, TokenizerError};
 use puma_runner::bert::{
     BERT_BASE, BERT_LARGE, BertReport, BertShape, LoadedBert, MINILM_DIR, PlainComparison,
-    compare_plain, cosines, load_model, run_secure, synthetic_ids, synthetic_model,
+    compare_plain, cosines, load_model, run_secure_observed, synthetic_ids, synthetic_model,
 };
 use puma_runner::diagnostics::error_chain as chain;
+use puma_runner::streaming::LiveView;
 use serde_json::{Value, json};
 
 /// What the client asks for.
@@ -266,7 +269,25 @@ fn run(args: &Args) -> Result<(), String> {
             batch.batch, batch.seq_len
         );
     }
-    let report = run_secure(&model, &batch, outputs, settings, args.seed).map_err(|e| chain(&e))?;
+    // A bar while the model is shared and the encoder runs, layer by layer.
+    let layers = model.config.num_hidden_layers;
+    let view = Arc::new(LiveView::new(
+        layers,
+        1,
+        !args.json && std::io::stderr().is_terminal(),
+        None,
+    ));
+    let result = run_secure_observed(
+        &model,
+        &batch,
+        outputs,
+        settings,
+        args.seed,
+        Some(view.share_observer()),
+        Some(view.layer_observer(layers)),
+    );
+    view.finish();
+    let report = result.map_err(|e| chain(&e))?;
     let comparison = if args.compare_plaintext {
         Some(compare_plain(&model, &batch, &report.client).map_err(|e| chain(&e))?)
     } else {

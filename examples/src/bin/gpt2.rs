@@ -303,6 +303,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
     }
     let observer = view.observer(cfg.n_layer, max_new);
+    let mut opts = opts;
+    opts.share_observer = Some(view.share_observer());
     let result = run_secure(model, &prompt_ids, &opts, Some(observer));
     view.finish();
     let report = result.map_err(|e| chain(&e))?;

@@ -200,6 +200,8 @@ fn run(args: &Args) -> Result<(), String> {
         print!("\n{}", text(&tok, &prompt_ids));
     }
     let observer = view.observer(cfg.num_hidden_layers, max_new);
+    let mut opts = opts;
+    opts.share_observer = Some(view.share_observer());
     let result = run_secure(model, &[prompt_ids], &opts, Some(observer));
     view.finish();
     let report = result.map_err(|e| chain(&e))?;

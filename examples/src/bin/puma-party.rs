@@ -7,8 +7,8 @@
 //! cargo run --release -p puma-examples --bin puma-party -- --id 0 --config parties/parties.toml --prompt "ROMEO:"
 //! ```
 //!
-//! P0 (client) holds the prompt and prints the generated text (decoders) or the sentence
-//! embeddings (encoders); P1 (model owner) loads the weights; P2 helps. The architecture
+//! P0 (client) holds the prompt and prints the generated text as it comes, token by token,
+//! then its ids and the whole text (decoders), or the sentence embeddings (encoders); P1 (model owner) loads the weights; P2 helps. The architecture
 //! comes from the checkpoint (`model_type` in `config.json`, or a `.gguf` file) or from
 //! `--arch`; every party passes the same model path (the others read its configuration
 //! only). Exit status: 0 on success, 1 when the session or the network
@@ -36,6 +36,7 @@ use puma_runner::party::{
 use puma_runner::random_gpt2::{
     GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, current_rss, peak_rss, random_gpt2, shape_config,
 };
+use puma_runner::streaming::LiveView;
 use puma_transports::loopback::Network;
 use puma_transports::net::NetOptions;
 use puma_transports::tcp::Endpoints;
@@ -191,6 +192,23 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         Arch::Llama => load_llama_party(args, me, &path)?,
         Arch::Bert | Arch::Auto => load_bert_party(args, me, &path)?,
     };
+    let tokenizer = tokenizer.map(Arc::new);
+    // The client prints each token's text as it learns it (decoders).
+    let layers = match &model {
+        PartyModel::Gpt2(j) => j.config.spec().map(|s| s.layers).ok(),
+        PartyModel::Llama(j) => j.config.spec().map(|s| s.layers).ok(),
+        PartyModel::Bert(..) => None,
+    };
+    let view = match (layers, &tokenizer) {
+        (Some(layers), Some(tok)) if me == CLIENT => Some((
+            Arc::new(LiveView::new(layers, max_new, false, Some(Arc::clone(tok)))),
+            layers,
+        )),
+        _ => None,
+    };
+    let streamed = view
+        .as_ref()
+        .map(|(v, layers)| v.observer(*layers, max_new));
     // What this party holds before the protocol (the owner's plaintext model).
     let loaded_rss = current_rss();
 
@@ -254,14 +272,19 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
     // (and the embedding) are behind, inference has begun.
     let first_block: Arc<std::sync::OnceLock<(Option<u64>, Option<u64>)>> = Arc::default();
     let seen = first_block.clone();
-    let observer: Observer = Arc::new(move |ev: Progress| match ev {
-        Progress::Step { step } if me == CLIENT => {
-            eprintln!("{me}: step {} of {max_new} done", step + 1);
+    let observer: Observer = Arc::new(move |ev: Progress| {
+        if let Some(text) = &streamed {
+            text(ev);
         }
-        Progress::Layer { step: 0, layer: 0 } => {
-            let _ = seen.set((peak_rss(), current_rss()));
+        match ev {
+            Progress::Step { step } if me == CLIENT => {
+                eprintln!("{me}: step {} of {max_new} done", step + 1);
+            }
+            Progress::Layer { step: 0, layer: 0 } => {
+                let _ = seen.set((peak_rss(), current_rss()));
+            }
+            _ => {}
         }
-        _ => {}
     });
     let observer = Some(observer);
     let timeout = file.timeout;
@@ -303,6 +326,10 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
             )
         }
     };
+    // The streamed text ends its line before the report.
+    if let Some((v, _)) = &view {
+        v.finish();
+    }
     eprintln!(
         "{me}: done in {:.2} s: {} rounds, {} bytes sent",
         t0.elapsed().as_secs_f64(),

@@ -23,7 +23,8 @@ use crate::gpt2::weights::LayerNormWeights;
 use crate::nn::attention::{self, Heads};
 use crate::nn::embedding::{embed, share_one_hot};
 use crate::nn::{
-    Activation, LayerCosts, LayerKind, Linear, Norm, SecureSettings, TensorPlan, share_plan,
+    Activation, LayerCosts, LayerKind, Linear, Norm, Observer, Progress, SecureSettings,
+    ShareObserver, TensorPlan, share_plan_observed,
 };
 
 /// The public shape of a model's heads: every party must pass the same value.
@@ -399,7 +400,7 @@ impl Iterator for OwnerTensors<'_> {
 impl SharedBert {
     /// Shares the model: `owner` passes its weights (`Some` only there); every party passes
     /// the same public config and heads. The tensors are encoded one at a time as they are
-    /// sent and streamed in bounded chunks ([`share_plan`]).
+    /// sent and streamed in bounded chunks ([`share_plan`](crate::nn::share_plan)).
     ///
     /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` parameters
     /// ([`crate::nn::SHARE_CHUNK_WORDS`]). Bytes: 8 per parameter from the owner.
@@ -413,6 +414,22 @@ impl SharedBert {
         cfg: &BertConfig,
         heads: BertHeads,
         weights: Option<&BertWeights>,
+    ) -> Result<SharedBert, Error> {
+        Self::share_observed(ctx, owner, cfg, heads, weights, None).await
+    }
+
+    /// [`SharedBert::share`], telling `observer` (if any) how far the sharing has come at
+    /// this party ([`crate::nn::ShareProgress`], after each chunk).
+    ///
+    /// # Errors
+    /// As [`SharedBert::share`].
+    pub async fn share_observed(
+        ctx: &mut Ctx,
+        owner: PartyId,
+        cfg: &BertConfig,
+        heads: BertHeads,
+        weights: Option<&BertWeights>,
+        observer: Option<&ShareObserver>,
     ) -> Result<SharedBert, Error> {
         use BertTensor as T;
         use LayerPart as P;
@@ -444,7 +461,7 @@ impl SharedBert {
             tensors: list.iter(),
             fx,
         });
-        let mut shared = share_plan(ctx, owner, &plan, encoded).await?;
+        let mut shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
         let mut take = |t: BertTensor| shared.take(&t.name());
         let (d, inner, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
         let emb_table = take(T::Embeddings)?;
@@ -536,7 +553,8 @@ impl SharedBert {
 /// The encoder on the client's batch: returns this party's shares of the last hidden
 /// state of the **real** tokens only, `n × d` with n = the number of mask-true positions,
 /// in batch order (padded positions are never computed: no row-wise work is spent on them,
-/// and as keys they are masked out anyway). Adds the per-kind costs to `costs`.
+/// and as keys they are masked out anyway). Adds the per-kind costs to `costs`; tells
+/// `observer` (if any) of each finished layer (`Progress::Layer` with step 0).
 ///
 /// Attention runs per sequence over its real tokens only
 /// ([`attention::bidirectional`]: sequences of equal length batched, all sharing rounds).
@@ -544,6 +562,7 @@ impl SharedBert {
 /// # Errors
 /// `Misuse` for a batch that does not fit the model or the public shape (no input value
 /// is named); `Protocol` on a malformed message.
+#[allow(clippy::too_many_arguments)]
 pub async fn encode_batch(
     ctx: &mut Ctx,
     model: &SharedBert,
@@ -552,6 +571,7 @@ pub async fn encode_batch(
     shape: &BatchShape,
     settings: &SecureSettings,
     costs: &mut LayerCosts,
+    observer: Option<&Observer>,
 ) -> Result<Shares, Error> {
     let cfg = &model.cfg;
     shape
@@ -607,7 +627,7 @@ pub async fn encode_batch(
     let mut x = model.emb_ln.forward(ctx, &x, n, d, bound).await?;
     costs.add(LayerKind::LayerNorm, m2, ctx.meter());
     let act = Activation::from(cfg.activation);
-    for layer in &model.layers {
+    for (l, layer) in model.layers.iter().enumerate() {
         let a0 = ctx.meter();
         let qkv = layer.qkv.forward(ctx, &x, n).await?;
         costs.add(LayerKind::Linear, a0, ctx.meter());
@@ -635,6 +655,9 @@ pub async fn encode_batch(
         costs.add(LayerKind::Linear, a5, a6);
         x = layer.out_ln.forward(ctx, &x.add(&o)?, n, d, bound).await?;
         costs.add(LayerKind::LayerNorm, a6, ctx.meter());
+        if let Some(obs) = observer {
+            obs(Progress::Layer { step: 0, layer: l });
+        }
     }
     Ok(x)
 }
@@ -737,11 +760,33 @@ pub async fn run(
     outputs: Outputs,
     settings: &SecureSettings,
 ) -> Result<Revealed, Error> {
+    run_observed(ctx, model, client, input, shape, outputs, settings, None).await
+}
+
+/// [`run`], telling `observer` (if any) of each finished encoder layer
+/// (`Progress::Layer { step: 0, layer }`, at every party).
+///
+/// # Errors
+/// As [`run`].
+#[allow(clippy::too_many_arguments)]
+pub async fn run_observed(
+    ctx: &mut Ctx,
+    model: &SharedBert,
+    client: PartyId,
+    input: Option<&BertBatch>,
+    shape: &BatchShape,
+    outputs: Outputs,
+    settings: &SecureSettings,
+    observer: Option<&Observer>,
+) -> Result<Revealed, Error> {
     if outputs.logits && model.heads.labels == 0 {
         return Err(Error::misuse("the model has no classification head"));
     }
     let mut costs = LayerCosts::default();
-    let hidden = encode_batch(ctx, model, client, input, shape, settings, &mut costs).await?;
+    let hidden = encode_batch(
+        ctx, model, client, input, shape, settings, &mut costs, observer,
+    )
+    .await?;
     let d = model.cfg.hidden_size;
     let mut parts: Vec<Shares> = Vec::new();
     let mut lens = Vec::new();

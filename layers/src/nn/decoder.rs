@@ -16,7 +16,7 @@ use super::embedding::{embed, share_one_hot};
 use super::generate::{Observer, Progress};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
-use super::plan::{TensorPlan, share_plan};
+use super::plan::{TensorPlan, share_plan_observed};
 use super::range::{ActivationPeaks, decoder_range_violation};
 use super::settings::SecureSettings;
 use crate::InputError;
@@ -405,7 +405,7 @@ impl std::fmt::Debug for SharedDecoder {
 impl SharedDecoder {
     /// Shares a decoder: `owner` passes its weights (`Some` only there), every party the
     /// same public config. The tensors are encoded one at a time as they are sent and
-    /// streamed in bounded chunks ([`share_plan`]).
+    /// streamed in bounded chunks ([`share_plan`](super::plan::share_plan)).
     ///
     /// Rounds: `max(1, ⌈P / SHARE_CHUNK_WORDS⌉)` for `P` parameters. Bytes: 8 per
     /// parameter from the owner (a tied LM head once).
@@ -418,6 +418,21 @@ impl SharedDecoder {
         owner: PartyId,
         arch: &A,
         weights: Option<&A::Weights>,
+    ) -> Result<SharedDecoder, Error> {
+        Self::share_observed(ctx, owner, arch, weights, None).await
+    }
+
+    /// [`SharedDecoder::share`], telling `observer` (if any) how far the sharing has come
+    /// at this party ([`ShareProgress`](super::plan::ShareProgress), after each chunk).
+    ///
+    /// # Errors
+    /// As [`SharedDecoder::share`].
+    pub async fn share_observed<A: DecoderArch>(
+        ctx: &mut Ctx,
+        owner: PartyId,
+        arch: &A,
+        weights: Option<&A::Weights>,
+        observer: Option<&super::plan::ShareObserver>,
     ) -> Result<SharedDecoder, Error> {
         let spec = arch.spec()?;
         spec.validate()?;
@@ -447,7 +462,7 @@ impl SharedDecoder {
             tensors: tensors.iter(),
             fx,
         });
-        let mut shared = share_plan(ctx, owner, &plan, encoded).await?;
+        let mut shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
         let (d, h) = (spec.d, spec.heads);
         let qkv_width = h.q_width() + 2 * h.kv_width();
         let mlp_in = if spec.gated {

@@ -4,12 +4,27 @@
 //! the whole message and the owner need not hold the whole encoded model.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use puma_core::{Ctx, Error, PartyId, Shares, proto};
 
 /// Words of the owner's masked record per round while sharing a model (32 MiB): what
 /// bounds the owner's and the receiver's message buffers, whatever the model's size.
 pub const SHARE_CHUNK_WORDS: usize = 1 << 22;
+
+/// How far the sharing of a model has come, at one party: parameters (ring elements)
+/// shared so far out of the total. Reported after each streamed chunk, in order, ending at
+/// `shared == total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareProgress {
+    /// Parameters shared so far.
+    pub shared: usize,
+    /// All the plan's parameters.
+    pub total: usize,
+}
+
+/// A sharing progress observer (called by every party; a display usually listens to one).
+pub type ShareObserver = Arc<dyn Fn(ShareProgress) + Send + Sync>;
 
 /// The tensors of a model in sharing order: names and lengths (in ring elements).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -105,6 +120,24 @@ pub async fn share_plan<I>(
 where
     I: IntoIterator<Item = Result<Vec<u64>, Error>>,
 {
+    share_plan_observed(ctx, owner, plan, encoded, None).await
+}
+
+/// [`share_plan`], telling `observer` (if any) how far it has come after each chunk, at
+/// every party ([`ShareProgress`]). Same rounds and bytes.
+///
+/// # Errors
+/// As [`share_plan`].
+pub async fn share_plan_observed<I>(
+    ctx: &mut Ctx,
+    owner: PartyId,
+    plan: &TensorPlan,
+    encoded: Option<I>,
+    observer: Option<&ShareObserver>,
+) -> Result<SharedTensors, Error>
+where
+    I: IntoIterator<Item = Result<Vec<u64>, Error>>,
+{
     if crate::limits::check_parameters(plan.total()).is_err() {
         return Err(Error::misuse(
             "the model exceeds the parameter limit (puma_layers::limits::MAX_PARAMETERS)",
@@ -115,8 +148,24 @@ where
         (true, some) => some,
         (false, _) => None,
     };
-    let shares =
-        proto::share_input_streamed(ctx, owner, encoded, &plan.sizes(), SHARE_CHUNK_WORDS).await?;
+    let total = plan.total().unwrap_or(usize::MAX);
+    let mut on_chunk = |k: usize| {
+        if let Some(obs) = observer {
+            obs(ShareProgress {
+                shared: k.saturating_mul(SHARE_CHUNK_WORDS).min(total),
+                total,
+            });
+        }
+    };
+    let shares = proto::share_input_streamed_observed(
+        ctx,
+        owner,
+        encoded,
+        &plan.sizes(),
+        SHARE_CHUNK_WORDS,
+        &mut on_chunk,
+    )
+    .await?;
     if shares.len() != plan.tensors.len() {
         return Err(Error::bug("fewer shared tensors than planned"));
     }
