@@ -12,7 +12,7 @@ use cli_conventions::{prints_help_and_version, refused, run};
 use puma_bench::tables::{self, NetRun};
 
 /// Every benchmark program and flags its usage text must name.
-const PROGRAMS: [(&str, &str, &[&str]); 7] = [
+const PROGRAMS: [(&str, &str, &[&str]); 8] = [
     (
         "bench_models",
         env!("CARGO_BIN_EXE_bench_models"),
@@ -27,6 +27,11 @@ const PROGRAMS: [(&str, &str, &[&str]); 7] = [
         "gpt2_net",
         env!("CARGO_BIN_EXE_gpt2_net"),
         &["--prompt", "--max-new-tokens", "--quic", "--json"],
+    ),
+    (
+        "decoding",
+        env!("CARGO_BIN_EXE_decoding"),
+        &["--tokens", "--drafts", "--wan"],
     ),
     ("llama_cost", env!("CARGO_BIN_EXE_llama_cost"), &[]),
     (

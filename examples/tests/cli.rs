@@ -119,3 +119,23 @@ fn demo_runs_a_wide_layer_within_the_limit() {
         "{stdout}"
     );
 }
+
+#[test]
+fn speculation_outside_secure_argmax_greedy_is_refused_naming_what_it_needs() {
+    let gpt2 = env!("CARGO_BIN_EXE_gpt2");
+    refused(gpt2, &["--speculate", "0"], &["--speculate", "1..=16"]);
+    for extra in [
+        &[][..],
+        &["--output-mode", "secure-argmax", "--temperature", "0.8"],
+    ] {
+        let mut args = vec!["--speculate", "4"];
+        args.extend_from_slice(extra);
+        let (out, _) = run(gpt2, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--speculate needs --output-mode secure-argmax and greedy decoding"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

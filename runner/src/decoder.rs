@@ -44,6 +44,9 @@ pub struct RunOptions {
     /// Generate for all prompts at once, as one batch sharing every round, instead of one
     /// prompt after another.
     pub batch: bool,
+    /// A simulated network between the parties (bandwidth and latency); `None`: as fast
+    /// as the in-memory channels go.
+    pub network: Option<mem::Shape>,
     /// Approximation settings of the secure evaluation.
     pub settings: SecureSettings,
     /// Also run the plaintext `f64` model and compare.
@@ -64,6 +67,7 @@ impl Default for RunOptions {
             sampling: None,
             drafts: 0,
             batch: false,
+            network: None,
             settings: SecureSettings::default(),
             compare_plaintext: false,
             seed: 2024,
@@ -82,6 +86,7 @@ impl fmt::Debug for RunOptions {
             .field("sampling", &self.sampling)
             .field("drafts", &self.drafts)
             .field("batch", &self.batch)
+            .field("network", &self.network)
             .field("settings", &self.settings)
             .field("compare_plaintext", &self.compare_plaintext)
             .field("seed", &self.seed)
@@ -237,101 +242,107 @@ where
         (opts.max_new_tokens, opts.mode, opts.settings, opts.batch);
     let decoding = Arc::new(opts.decoding());
     let start = Instant::now();
-    let outcome = mem::run3(Config::new(opts.seed), opts.seed, |me| {
-        let cfg = config.clone();
-        let w = (me == OWNER).then(|| Arc::clone(weights));
-        let ps = Arc::clone(&prompts_arc);
-        let user_observer = if me == CLIENT { observer.clone() } else { None };
-        let share_observer = if me == CLIENT {
-            opts.share_observer.clone()
-        } else {
-            None
-        };
-        let decoding = Arc::clone(&decoding);
-        let stop = if me == CLIENT {
-            opts.stop.clone()
-        } else {
-            None
-        };
-        move |mut ctx| async move {
-            let t0 = Instant::now();
-            let m0 = ctx.meter();
-            let shared = SharedDecoder::share_observed(
-                &mut ctx,
-                OWNER,
-                &cfg,
-                w.as_deref(),
-                share_observer.as_ref(),
-            )
-            .await?;
-            // The owner's plaintext is not needed any more.
-            drop(w);
-            let m1 = ctx.meter();
-            let share_time = t0.elapsed();
-            // One batch of all prompts, or one batch per prompt in turn.
-            let batches: Vec<&[Vec<u32>]> = if batch {
-                vec![&ps[..]]
+    let outcome = mem::run3_shaped(
+        Config::new(opts.seed),
+        opts.seed,
+        puma_transports::DEFAULT_TIMEOUT,
+        opts.network,
+        |me| {
+            let cfg = config.clone();
+            let w = (me == OWNER).then(|| Arc::clone(weights));
+            let ps = Arc::clone(&prompts_arc);
+            let user_observer = if me == CLIENT { observer.clone() } else { None };
+            let share_observer = if me == CLIENT {
+                opts.share_observer.clone()
             } else {
-                ps.chunks(1).collect()
+                None
             };
-            let mut runs = Vec::with_capacity(ps.len());
-            for group in batches {
-                let step_ends = Arc::new(Mutex::new(Vec::with_capacity(max_new)));
-                let timing: Observer = {
-                    let ends = Arc::clone(&step_ends);
-                    let user = user_observer.clone();
-                    Arc::new(move |ev: Progress| {
-                        if let Progress::Step { .. } = ev
-                            && let Ok(mut e) = ends.lock()
-                        {
-                            e.push(Instant::now());
-                        }
-                        if let Some(obs) = user.as_ref() {
-                            obs(ev);
-                        }
-                    })
-                };
-                let t = Instant::now();
-                let lens: Vec<usize> = group.iter().map(Vec::len).collect();
-                let generations = generate_batch(
+            let decoding = Arc::clone(&decoding);
+            let stop = if me == CLIENT {
+                opts.stop.clone()
+            } else {
+                None
+            };
+            move |mut ctx| async move {
+                let t0 = Instant::now();
+                let m0 = ctx.meter();
+                let shared = SharedDecoder::share_observed(
                     &mut ctx,
-                    &shared,
-                    CLIENT,
-                    (me == CLIENT).then_some(group),
-                    &lens,
-                    &decoding,
-                    &settings,
-                    Some(timing),
-                    stop.as_ref(),
+                    OWNER,
+                    &cfg,
+                    w.as_deref(),
+                    share_observer.as_ref(),
                 )
                 .await?;
-                let ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
-                let mut prev = t;
-                let step_times: Vec<Duration> = ends
-                    .iter()
-                    .map(|&e| {
-                        let d = e.saturating_duration_since(prev);
-                        prev = e;
-                        d
-                    })
-                    .collect();
-                let time = t.elapsed();
-                runs.extend(generations.into_iter().map(|generation| PromptRun {
-                    generation,
-                    time,
-                    step_times: step_times.clone(),
-                }));
+                // The owner's plaintext is not needed any more.
+                drop(w);
+                let m1 = ctx.meter();
+                let share_time = t0.elapsed();
+                // One batch of all prompts, or one batch per prompt in turn.
+                let batches: Vec<&[Vec<u32>]> = if batch {
+                    vec![&ps[..]]
+                } else {
+                    ps.chunks(1).collect()
+                };
+                let mut runs = Vec::with_capacity(ps.len());
+                for group in batches {
+                    let step_ends = Arc::new(Mutex::new(Vec::with_capacity(max_new)));
+                    let timing: Observer = {
+                        let ends = Arc::clone(&step_ends);
+                        let user = user_observer.clone();
+                        Arc::new(move |ev: Progress| {
+                            if let Progress::Step { .. } = ev
+                                && let Ok(mut e) = ends.lock()
+                            {
+                                e.push(Instant::now());
+                            }
+                            if let Some(obs) = user.as_ref() {
+                                obs(ev);
+                            }
+                        })
+                    };
+                    let t = Instant::now();
+                    let lens: Vec<usize> = group.iter().map(Vec::len).collect();
+                    let generations = generate_batch(
+                        &mut ctx,
+                        &shared,
+                        CLIENT,
+                        (me == CLIENT).then_some(group),
+                        &lens,
+                        &decoding,
+                        &settings,
+                        Some(timing),
+                        stop.as_ref(),
+                    )
+                    .await?;
+                    let ends = step_ends.lock().map(|e| e.clone()).unwrap_or_default();
+                    let mut prev = t;
+                    let step_times: Vec<Duration> = ends
+                        .iter()
+                        .map(|&e| {
+                            let d = e.saturating_duration_since(prev);
+                            prev = e;
+                            d
+                        })
+                        .collect();
+                    let time = t.elapsed();
+                    runs.extend(generations.into_iter().map(|generation| PromptRun {
+                        generation,
+                        time,
+                        step_times: step_times.clone(),
+                    }));
+                }
+                Ok(PartyRun {
+                    share_model: (
+                        m1.payload_bytes_sent - m0.payload_bytes_sent,
+                        m1.epoch - m0.epoch,
+                    ),
+                    share_time,
+                    prompts: runs,
+                })
             }
-            Ok(PartyRun {
-                share_model: (
-                    m1.payload_bytes_sent - m0.payload_bytes_sent,
-                    m1.epoch - m0.epoch,
-                ),
-                share_time,
-                prompts: runs,
-            })
-        }
-    });
+        },
+    );
     let elapsed = start.elapsed();
     let stats = outcome.stats.clone();
     let mut outs = Vec::with_capacity(3);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use puma_core::proto::SamplingParams;
 use puma_layers::Tokenizer;
+use puma_layers::nn::OutputMode;
 use puma_layers::stopping::{EosError, eos_ids};
 
 use crate::decoder::RunOptions;
@@ -34,6 +35,12 @@ pub struct DecodingFlags {
     /// Draw only among tokens at least MIN_P times as likely as the most likely (0 ≤ MIN_P < 1).
     #[arg(long, value_name = "MIN_P")]
     pub min_p: Option<f64>,
+    /// Speculative verification: the client drafts K tokens per step from the prompt and
+    /// the text so far, the parties check them in one pass and the client keeps those the
+    /// model would have picked (same output, fewer rounds when the text repeats; the
+    /// parties learn how many were kept). Needs --output-mode secure-argmax, greedy.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub speculate: Option<u64>,
 }
 
 impl DecodingFlags {
@@ -71,6 +78,16 @@ impl DecodingFlags {
         if let Some(p) = &opts.sampling {
             p.validate(vocab)
                 .map_err(|e| format!("bad sampling flags: {e}"))?;
+        }
+        if let Some(k) = self.speculate {
+            if opts.mode != OutputMode::SecureArgmax || opts.sampling.is_some() {
+                return Err(
+                    "--speculate needs --output-mode secure-argmax and greedy decoding \
+                     (no --temperature, --top-k, --top-p or --min-p)"
+                        .into(),
+                );
+            }
+            opts.drafts = usize::try_from(k).map_err(|_| "--speculate is too large")?;
         }
         Ok(())
     }

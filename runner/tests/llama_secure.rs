@@ -143,3 +143,43 @@ fn smollm2_chat_answer_stops_at_im_end() {
     assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
     assert!(tok.decode(&r.secure_ids).unwrap().contains('4'));
 }
+
+#[test]
+fn smollm2_speculative_answer_is_the_plaintext_greedy_answer() {
+    let Some(path) = smollm2() else { return };
+    let eos = puma_layers::stopping::eos_ids(&path).unwrap();
+    let model = load_model(&path).unwrap();
+    let tok = {
+        let file = puma_layers::gguf::GgufFile::open(&path).unwrap();
+        puma_layers::Tokenizer::from_gguf(&file, &path).unwrap()
+    };
+    // An answer that quotes its prompt: prompt lookup drafts it.
+    let prompt = tok
+        .encode(
+            "<|im_start|>user\nRepeat exactly: the quick brown fox jumps over the lazy dog<|im_end|>\n<|im_start|>assistant\n",
+        )
+        .unwrap();
+    let opts = RunOptions {
+        max_new_tokens: 12,
+        mode: puma_layers::nn::OutputMode::SecureArgmax,
+        eos,
+        drafts: 4,
+        compare_plaintext: true,
+        ..RunOptions::default()
+    };
+    let report = run_secure(model, &[prompt], &opts, None).unwrap();
+    let r = &report.prompts[0];
+    println!(
+        "{:?} {:?} in {} steps",
+        r.secure_ids,
+        tok.decode(&r.secure_ids),
+        r.step_costs.len()
+    );
+    assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
+    assert!(tok.decode(&r.secure_ids).unwrap().contains("lazy dog"));
+    // The quoted words were drafted and accepted: fewer steps than tokens.
+    assert!(
+        r.step_costs.len() < r.secure_ids.len(),
+        "no draft was accepted"
+    );
+}
