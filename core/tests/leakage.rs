@@ -17,7 +17,7 @@
 //! does leak (the secret sent to O masked with a non-uniform mask).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod leakage_stats;
+use crate::leakage_stats;
 
 use std::future::Future;
 

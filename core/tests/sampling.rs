@@ -10,7 +10,7 @@
     missing_docs
 )]
 
-mod leakage_stats;
+use crate::leakage_stats;
 
 use leakage_stats::gamma_q;
 use puma_core::proto::{self, SamplingParams};

@@ -2,7 +2,7 @@
 //! work budget, and yielding changes nothing the parties compute or send.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod yield_block;
+use crate::yield_block;
 
 use puma_core::engine::{Config, try_join};
 use puma_core::{Error, FixedPoint, PartyId, Width};

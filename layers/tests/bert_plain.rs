@@ -2,7 +2,7 @@
 //! fixtures' README: f64 re-implementation column).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod bert_common;
+use crate::bert_common;
 
 use bert_common::{Reference, discordant, max_diff_rows, minilm_dir, minilm_tags, model_dir};
 use ndarray::Array2;

@@ -3,7 +3,7 @@
 //! sentence embeddings) and the real all-MiniLM-L6-v2 on the 24 sentences.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod bert_common;
+use crate::bert_common;
 
 use std::sync::Arc;
 

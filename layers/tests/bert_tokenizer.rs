@@ -3,7 +3,7 @@
 //! `tokenizer.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod bert_common;
+use crate::bert_common;
 
 use bert_common::{Reference, minilm_dir, minilm_tags, model_dir};
 use puma_layers::{Tokenizer, TokenizerError, TokenizerSource};

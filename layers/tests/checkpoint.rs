@@ -4,7 +4,7 @@
 //! the forward pass on the synthetic models, including the erf GeLU that no fixture uses.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

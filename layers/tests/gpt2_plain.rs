@@ -7,7 +7,7 @@
 //! `--nocapture` to see the measured maxima.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

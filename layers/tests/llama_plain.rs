@@ -4,7 +4,7 @@
 //! Tolerances are the fixtures README's "f64 re-implementation: assert" column.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod llama_common;
+use crate::llama_common;
 
 use llama_common::{Reference, max_abs_diff, model_dir, smollm2_gguf};
 use puma_layers::llama::plain::PlainLlama;

@@ -4,7 +4,7 @@
 //! input scaling on massive activations is tested in puma-core).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod llama_common;
+use crate::llama_common;
 
 use std::sync::Arc;
 

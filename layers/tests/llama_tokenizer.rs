@@ -3,7 +3,7 @@
 //! metadata when the real model is present).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod llama_common;
+use crate::llama_common;
 
 use llama_common::{model_dir, smollm2_gguf};
 use puma_layers::gguf::GgufFile;

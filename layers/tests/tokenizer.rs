@@ -3,7 +3,7 @@
 //! typed errors for missing or broken files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

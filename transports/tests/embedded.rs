@@ -10,7 +10,7 @@ use puma_embedded::pipe::End;
 use puma_transports::embedded::StreamLink;
 use puma_transports::{FrameError, Link, TransportError, drive, mem};
 
-mod common;
+use crate::common;
 
 /// Each direction of a pipe holds at most this many bytes, so large frames need
 /// back-pressure.

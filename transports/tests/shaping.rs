@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use puma_core::{Config, PartyId};
 use puma_transports::mem::{self, Shape};
 
-mod common;
+use crate::common;
 
 #[test]
 fn shaping_delays_delivery_but_changes_nothing_else() {

@@ -1,0 +1,12 @@
+//! The integration tests of puma-transports, one module per file of this folder, built as one
+//! test binary: `cargo test -p puma-transports --test it` runs them all, `--test it FILE::`
+//! one file's. One binary links once and compiles the generic code that the files share
+//! once; a binary per file did both once per file.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+mod embedded;
+mod mem;
+mod network;
+mod shaping;
