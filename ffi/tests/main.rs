@@ -6,5 +6,6 @@
 
 mod abi;
 mod api;
+mod decoding;
 mod examples;
 mod header;

@@ -113,17 +113,27 @@ fn tiny_random_secure_generation_and_comparison() {
     ));
 }
 
+/// SmolLM2 at `path`, its tokenizer and its end-of-sequence ids (GGUF metadata).
+fn smollm2_chat(
+    path: &Path,
+) -> (
+    puma_runner::llama::LoadedLlama,
+    puma_layers::Tokenizer,
+    Vec<u32>,
+) {
+    let eos = puma_layers::stopping::eos_ids(path).unwrap();
+    let model = load_model(path).unwrap();
+    let file = puma_layers::gguf::GgufFile::open(path).unwrap();
+    let tok = puma_layers::Tokenizer::from_gguf(&file, path).unwrap();
+    (model, tok, eos)
+}
+
 /// SmolLM2's chat answer ends at its end-of-sequence token `<|im_end|>` (from the GGUF
 /// metadata), token-identical to plaintext greedy decoding up to there.
 #[test]
 fn smollm2_chat_answer_stops_at_im_end() {
     let Some(path) = smollm2() else { return };
-    let eos = puma_layers::stopping::eos_ids(&path).unwrap();
-    let model = load_model(&path).unwrap();
-    let tok = {
-        let file = puma_layers::gguf::GgufFile::open(&path).unwrap();
-        puma_layers::Tokenizer::from_gguf(&file, &path).unwrap()
-    };
+    let (model, tok, eos) = smollm2_chat(&path);
     assert_eq!(tok.encode("<|im_end|>").unwrap(), eos);
     let prompt = tok
         .encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
@@ -147,12 +157,7 @@ fn smollm2_chat_answer_stops_at_im_end() {
 #[test]
 fn smollm2_speculative_answer_is_the_plaintext_greedy_answer() {
     let Some(path) = smollm2() else { return };
-    let eos = puma_layers::stopping::eos_ids(&path).unwrap();
-    let model = load_model(&path).unwrap();
-    let tok = {
-        let file = puma_layers::gguf::GgufFile::open(&path).unwrap();
-        puma_layers::Tokenizer::from_gguf(&file, &path).unwrap()
-    };
+    let (model, tok, eos) = smollm2_chat(&path);
     // An answer that quotes its prompt: prompt lookup drafts it.
     let prompt = tok
         .encode(

@@ -6,4 +6,5 @@
 
 mod linear;
 mod llama_secure;
+mod progress;
 mod ranges;
