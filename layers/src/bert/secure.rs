@@ -137,14 +137,7 @@ impl BatchShape {
 
     /// Where each sequence's real tokens start among [`BatchShape::real_rows`].
     pub fn starts(&self) -> Vec<usize> {
-        self.lens()
-            .iter()
-            .scan(0, |acc, &n| {
-                let s = *acc;
-                *acc += n;
-                Some(s)
-            })
-            .collect()
+        crate::nn::attention::starts(&self.lens())
     }
 
     /// As a batch without ids (for the shape checks shared with the plaintext model).

@@ -120,6 +120,17 @@ async fn attend(
     Ok(out)
 }
 
+/// Where each of back-to-back runs of lengths `lens` starts.
+pub(crate) fn starts(lens: &[usize]) -> Vec<usize> {
+    lens.iter()
+        .scan(0, |acc, &l| {
+            let s = *acc;
+            *acc += l;
+            Some(s)
+        })
+        .collect()
+}
+
 /// Gather indices of `heads` heads of width `dim` starting at column `offset` of `rows`
 /// rows of width `width`, laid out `heads × rows × dim`.
 pub(crate) fn split_heads(
@@ -235,14 +246,7 @@ pub async fn bidirectional(
     if heads.kv != h || qkv.len() != n * 3 * d {
         return Err(Error::misuse("attention input does not match the batch"));
     }
-    let starts: Vec<usize> = lens
-        .iter()
-        .scan(0, |acc, &l| {
-            let s = *acc;
-            *acc += l;
-            Some(s)
-        })
-        .collect();
+    let starts = starts(lens);
     let mut groups: Vec<usize> = lens.iter().copied().filter(|&l| l > 0).collect();
     groups.sort_unstable();
     groups.dedup();

@@ -628,14 +628,7 @@ impl SharedDecoder {
         let rows: usize = seq_rows.iter().sum();
         let positions = batch_positions(caches, seq_rows);
         // Sequence s's rows within the heads-major layout `heads × rows × dim`.
-        let firsts: Vec<usize> = seq_rows
-            .iter()
-            .scan(0, |acc, &r| {
-                let first = *acc;
-                *acc += r;
-                Some(first)
-            })
-            .collect();
+        let firsts = attention::starts(seq_rows);
         let (q_idx, k_idx, v_idx) = (
             split_heads(rows, width, 0, h.q, h.dim),
             split_heads(rows, width, qw, h.kv, h.dim),

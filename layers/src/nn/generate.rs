@@ -14,7 +14,7 @@ use std::sync::Arc;
 use puma_core::proto::SamplingParams;
 use puma_core::{Ctx, Error, PartyId, Shares, Width, proto};
 
-use super::attention::KvCache;
+use super::attention::{KvCache, starts};
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
 use super::draft::padded_drafts;
@@ -546,19 +546,10 @@ pub async fn generate_batch(
                 }
             }
             // Per sequence: the pick of its single row, or the verified drafts' outcome.
-            let mut row_at = Vec::with_capacity(active.len());
-            let mut r0 = 0;
-            for &kk in &k {
-                row_at.push(r0);
-                r0 += kk + 1;
-            }
+            let picked_per: Vec<usize> = k.iter().map(|kk| kk + 1).collect();
+            let row_at = starts(&picked_per);
+            let draft_rows_at = starts(&k);
             let spec_seqs: Vec<usize> = (0..active.len()).filter(|&j| k[j] > 0).collect();
-            let mut draft_rows_at = vec![0; active.len()];
-            let mut dr = 0;
-            for (j, &kk) in k.iter().enumerate() {
-                draft_rows_at[j] = dr;
-                dr += kk;
-            }
             let mut forks: Vec<Ctx> = spec_seqs.iter().map(|_| ctx.fork()).collect();
             let mut checks = Vec::with_capacity(spec_seqs.len());
             for &j in &spec_seqs {
