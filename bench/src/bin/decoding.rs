@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use puma_bench::network::NetworkFlags;
 use puma_layers::nn::OutputMode;
 use puma_runner::gpt2::{DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, load_model, run_secure_batch};
-use puma_transports::mem::Shape;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -30,12 +30,9 @@ struct Args {
     /// Drafts per step with speculation.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
     drafts: u64,
-    /// A simulated 5 Gbit/s, 1 ms round-trip network between the parties.
-    #[arg(long, conflicts_with = "wan")]
-    lan: bool,
-    /// A simulated 1 Gbit/s, 20 ms round-trip network between the parties.
-    #[arg(long)]
-    wan: bool,
+    /// The simulated network, if any.
+    #[command(flatten)]
+    network: NetworkFlags,
 }
 
 fn main() -> ExitCode {
@@ -87,16 +84,8 @@ fn generation(r: &Gpt2Report) -> (u32, u64, Duration) {
 fn run(args: &Args) -> Result<(), String> {
     let prompts = prompts()?;
     let tokens = usize::try_from(args.tokens).map_err(|_| "--tokens is too large")?;
-    let network = match (args.lan, args.wan) {
-        (true, _) => Some(Shape::LAN),
-        (_, true) => Some(Shape::WAN),
-        _ => None,
-    };
-    let net = match network {
-        Some(s) if s == Shape::WAN => "WAN (1 Gbit/s, 20 ms RTT)",
-        Some(_) => "LAN (5 Gbit/s, 1 ms RTT)",
-        None => "no simulated network",
-    };
+    let network = args.network.shape();
+    let net = args.network.describe();
     println!(
         "Shakespeare GPT-2, {} fixture prompts, {tokens} new tokens each, {net}",
         prompts.len()

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use puma_bench::network::NetworkFlags;
 use puma_core::{Config, PartyId};
 use puma_layers::nn::{
     Decoding, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
@@ -31,12 +32,9 @@ struct Args {
     /// GPT-2 base blocks to keep (12 is the whole model, and the most).
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=12))]
     layers: u64,
-    /// A simulated 5 Gbit/s, 1 ms round-trip network between the parties.
-    #[arg(long, conflicts_with = "wan")]
-    lan: bool,
-    /// A simulated 1 Gbit/s, 20 ms round-trip network between the parties.
-    #[arg(long)]
-    wan: bool,
+    /// The simulated network, if any.
+    #[command(flatten)]
+    network: NetworkFlags,
 }
 
 fn main() -> ExitCode {
@@ -44,11 +42,7 @@ fn main() -> ExitCode {
     // Both are bounded by clap (≤ 64 and ≤ 12).
     let new_tokens = usize::try_from(args.new_tokens).unwrap_or(1);
     let layers = usize::try_from(args.layers).unwrap_or(12);
-    let shape = match (args.lan, args.wan) {
-        (true, _) => Some(puma_transports::mem::Shape::LAN),
-        (_, true) => Some(puma_transports::mem::Shape::WAN),
-        _ => None,
-    };
+    let shape = args.network.shape();
     let t0 = Instant::now();
     let model = Arc::new(random_gpt2(GPT2_BASE, layers));
     println!(
