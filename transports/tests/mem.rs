@@ -4,10 +4,11 @@
 use std::time::{Duration, Instant};
 
 use puma_core::sim::Sim;
-use puma_core::wire::FRAME_HEADER_LEN;
-use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, Stats, proto};
+use puma_core::{Config, ErrorKind, FixedPoint, PartyId, Session, proto};
 use puma_transports::mem::{self, MemLink};
 use puma_transports::{Link, Recv, TransportError, drive};
+
+use crate::common;
 
 /// Reals spread over several magnitudes and both signs, plus a few edge values.
 fn reals(n: usize, salt: u64) -> Vec<f64> {
@@ -19,37 +20,6 @@ fn reals(n: usize, salt: u64) -> Vec<f64> {
             (2.0 * u - 1.0) * mag
         })
         .collect()
-}
-
-/// Asserts that a threaded run cost exactly what the simulated run cost.
-///
-/// Everything a party sends, and its rounds, depend only on the protocol. What it
-/// receives can miss its peers' final END frames (empty, header only) when it finishes
-/// first: it stops listening. So received counters are checked against what the peer
-/// sent, short by at most that one empty frame.
-fn assert_same_costs(threaded: &[Stats; 3], simulated: &[Stats; 3]) {
-    for (i, (t, s)) in threaded.iter().zip(simulated).enumerate() {
-        assert_eq!(t.rounds, s.rounds, "P{i} rounds");
-        assert_eq!(t.frames_sent, s.frames_sent, "P{i} frames sent");
-        assert_eq!(t.bytes_sent, s.bytes_sent, "P{i} bytes sent");
-        assert_eq!(
-            t.payload_bytes_sent, s.payload_bytes_sent,
-            "P{i} payload sent"
-        );
-        assert_eq!(t.setup_bytes_sent, s.setup_bytes_sent, "P{i} setup bytes");
-        for (j, peer) in threaded.iter().enumerate().filter(|(j, _)| *j != i) {
-            let (frames, bytes) = (peer.frames_sent[i], peer.bytes_sent[i]);
-            assert!(
-                t.frames_received[j] <= frames && t.frames_received[j] + 1 >= frames,
-                "P{i} from P{j}"
-            );
-            let missed = bytes - t.bytes_received[j];
-            assert!(
-                missed == 0 || missed == FRAME_HEADER_LEN as u64,
-                "P{i} from P{j}: missed {missed} bytes"
-            );
-        }
-    }
 }
 
 #[test]
@@ -93,7 +63,7 @@ fn mul_fixed_over_threads_matches_plaintext_and_simulator() {
         .run(make(xe.clone(), ye.clone()));
 
     // Same costs, party by party: rounds, frames, bytes, payload, setup.
-    assert_same_costs(&threaded.stats, &simulated.stats);
+    common::assert_same_costs(&threaded.stats, &simulated.stats, "threads");
     // share_input + mul + trunc + reveal.
     assert_eq!(threaded.rounds(), 4);
     assert!(threaded.stats.iter().all(|s| s.bytes_total() > 0));
@@ -154,7 +124,7 @@ fn chunked_frames_over_threads_match_simulator() {
     let simulated = Sim::new(11)
         .with_config(cfg)
         .run(make(a.clone(), b.clone()));
-    assert_same_costs(&threaded.stats, &simulated.stats);
+    common::assert_same_costs(&threaded.stats, &simulated.stats, "threads");
     // Each party's 12 ring elements of matmul output alone need more than one 128-byte frame.
     assert!(
         threaded

@@ -11,6 +11,8 @@ use puma_transports::net::NetOptions;
 use puma_transports::tls::Identity;
 use puma_transports::{FrameError, Link, TransportError, drive, mem};
 
+use crate::common;
+
 const N: usize = 20_000;
 
 /// A product of two secret vectors, revealed to all: 20 000 elements, so with 16 KiB
@@ -78,16 +80,9 @@ fn identical_outputs_and_bytes_over_memory_tcp_and_quic() {
             .into_results()
             .unwrap_or_else(|e| panic!("{network:?}: {e}"));
         assert_eq!(out, mem_out, "{network:?} outputs");
+        common::assert_same_costs(&stats, &mem_stats, &format!("{network:?}"));
         for p in 0..3 {
-            let (a, b) = (&stats[p], &mem_stats[p]);
-            assert_eq!(a.rounds, b.rounds, "{network:?} P{p} rounds");
-            assert_eq!(a.frames_sent, b.frames_sent, "{network:?} P{p} frames");
-            assert_eq!(a.bytes_sent, b.bytes_sent, "{network:?} P{p} bytes");
-            assert_eq!(
-                a.payload_bytes_sent, b.payload_bytes_sent,
-                "{network:?} P{p}"
-            );
-            assert_eq!(a.setup_bytes_sent, b.setup_bytes_sent, "{network:?} P{p}");
+            let a = &stats[p];
             // On the wire: every frame (data and the one setup frame) plus its 4-byte
             // length prefix, nothing else.
             let frames: u64 = a.frames_sent.iter().sum::<u64>() + 1;
