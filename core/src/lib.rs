@@ -45,6 +45,7 @@ extern crate alloc;
 
 #[cfg(feature = "dev")]
 pub mod cost_report;
+pub mod dealing;
 pub mod engine;
 pub mod error;
 pub mod fixed;

@@ -40,8 +40,16 @@ impl Drop for PartyKeys {
 
 /// Fills `out` with the stream `tag` under `key`.
 pub(crate) fn fill(key: &Key, tag: u64, out: &mut [u64]) {
+    fill_from(key, tag, 0, out);
+}
+
+/// Fills `out` with words `start..start + out.len()` of the stream `tag` under `key`, so
+/// that a long stream can be produced in independent chunks.
+pub(crate) fn fill_from(key: &Key, tag: u64, start: u64, out: &mut [u64]) {
     let mut rng = ChaCha12Rng::from_seed(*key);
     rng.set_stream(tag);
+    // The position counts 32-bit words; each u64 draw takes two.
+    rng.set_word_pos(u128::from(start) * 2);
     for x in out {
         *x = rng.next_u64();
     }

@@ -1,8 +1,10 @@
 //! Arithmetic 2-out-of-3 replicated shares over Z_2^64, vectorised.
 //!
-//! `Shares` is deliberately not a message: it has no wire encoding, no public accessor of
-//! its components and a `Debug` that prints only the party and the length. Values leave a
-//! party only through protocols such as [`crate::proto::reveal_to`].
+//! `Shares` is deliberately not a message: it has no wire encoding and a `Debug` that prints
+//! only the party and the length. Values leave a party only through protocols such as
+//! [`crate::proto::reveal_to`], or, named for what they are, through
+//! [`Shares::components`]: a party's own components, for its share store or for an
+//! outside receiver ([`crate::dealing`]).
 //!
 //! ```compile_fail
 //! // Shares cannot be handed to the network layer: `Ctx::send` takes public words only.
@@ -63,6 +65,25 @@ impl Shares {
     /// This party's second component `x_{i+1}` of every element.
     pub(crate) fn b(&self) -> &[u64] {
         &self.b
+    }
+
+    /// This party's shares from its two components `x_i` and `x_{i+1}` (from its share
+    /// store, or dealt from outside: [`crate::dealing`]).
+    ///
+    /// # Errors
+    /// `Misuse` if the components have different lengths.
+    pub fn from_components(party: PartyId, a: Vec<u64>, b: Vec<u64>) -> Result<Shares, Error> {
+        if a.len() != b.len() {
+            return Err(Error::misuse("share components of different lengths"));
+        }
+        Ok(Shares { party, a, b })
+    }
+
+    /// This party's components `(x_i, x_{i+1})`: secret-share material, only for the
+    /// party's own share store and for returning a result to its outside receiver
+    /// ([`crate::dealing::reconstruct`]); never for logs.
+    pub fn components(&self) -> (&[u64], &[u64]) {
+        (&self.a, &self.b)
     }
 
     /// A sharing of the public vector `values` (component 0 carries it, the others are 0).
