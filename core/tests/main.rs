@@ -13,6 +13,7 @@ mod adversarial;
 mod arithmetic;
 mod compare;
 mod cost_report;
+mod dealing;
 mod drafts;
 mod engine;
 mod equality;
