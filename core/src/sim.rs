@@ -256,26 +256,12 @@ impl Sim {
     }
 }
 
-/// Reconstructs a shared vector from the three parties' shares (tests only).
+/// Reconstructs a shared vector from the three parties' shares (tests only), checking
+/// that every component's two copies agree ([`crate::dealing::reconstruct`]).
 pub fn reconstruct(shares: &[crate::share::Shares; 3]) -> Result<Vec<u64>, Error> {
     let [s0, s1, s2] = shares;
-    if s0.len() != s1.len() || s1.len() != s2.len() {
-        return Err(Error::misuse("shares of different lengths"));
-    }
-    // Component i is x_i; every party's first component together give x_0 + x_1 + x_2.
-    // Also check replication: Pi's second component equals P_{i+1}'s first.
-    for (x, y) in [(s0, s1), (s1, s2), (s2, s0)] {
-        if x.b() != y.a() {
-            return Err(Error::misuse("shares are not consistently replicated"));
-        }
-    }
-    Ok(s0
-        .a()
-        .iter()
-        .zip(s1.a())
-        .zip(s2.a())
-        .map(|((a, b), c)| a.wrapping_add(*b).wrapping_add(*c))
-        .collect())
+    crate::dealing::reconstruct([s0.components(), s1.components(), s2.components()])
+        .map_err(|_| Error::misuse("shares are not consistently replicated"))
 }
 
 /// Reconstructs a boolean shared vector (tests only).
@@ -293,11 +279,6 @@ pub fn reconstruct_bits(shares: &[crate::share::BitShares; 3]) -> Result<Vec<u64
         .zip(s2.a())
         .map(|((a, b), c)| a ^ b ^ c)
         .collect())
-}
-
-/// One party's raw components `(x_i, x_{i+1})` (tests only: for distribution checks).
-pub fn components(s: &crate::share::Shares) -> (&[u64], &[u64]) {
-    (s.a(), s.b())
 }
 
 /// Boolean shares from raw components `(x_i, x_{i+1})` (tests only: e.g. to reuse random

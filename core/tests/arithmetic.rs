@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use proptest::prelude::*;
-use puma_core::sim::{Sim, components, reconstruct};
+use puma_core::sim::{Sim, reconstruct};
 use puma_core::{FixedPoint, PartyId, Shares, proto};
 
 /// Runs `f(ctx, x, y)` on fresh random sharings x, y of length n and returns the opened
@@ -237,12 +237,12 @@ fn single_party_shares_of_a_constant_are_uniform() {
     // Input: P0 holds (0, v − F) and P2 holds (F, 0); P1 (the owner) knows v anyway.
     // Product: every component of every party is re-masked by the zero sharing.
     let views: Vec<(&str, &[u64])> = vec![
-        ("input P0.b", components(&p0.0).1),
-        ("input P2.a", components(&p2.0).0),
-        ("mul P0.a", components(&p0.1).0),
-        ("mul P0.b", components(&p0.1).1),
-        ("mul P1.a", components(&p1.1).0),
-        ("mul P2.b", components(&p2.1).1),
+        ("input P0.b", p0.0.components().1),
+        ("input P2.a", p2.0.components().0),
+        ("mul P0.a", p0.1.components().0),
+        ("mul P0.b", p0.1.components().1),
+        ("mul P1.a", p1.1.components().0),
+        ("mul P2.b", p2.1.components().1),
     ];
     for (name, v) in views {
         for shift in [0u32, 56] {

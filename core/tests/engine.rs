@@ -176,7 +176,7 @@ fn and_of_bit_shares_matches_plaintext_and_packs_bits() {
 /// Reinterprets random arithmetic components as XOR components (a valid random boolean
 /// sharing; test helper only).
 fn to_bits(s: &Shares, w: Width) -> puma_core::BitShares {
-    let (a, b) = puma_core::sim::components(s);
+    let (a, b) = s.components();
     puma_core::sim::bit_shares_from_components(s.party(), w, a.to_vec(), b.to_vec())
 }
 

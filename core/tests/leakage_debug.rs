@@ -4,7 +4,7 @@
 //! searched for in every rendering, in decimal and in hex.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use puma_core::sim::{Sim, bit_shares_from_components, components};
+use puma_core::sim::{Sim, bit_shares_from_components};
 use puma_core::{Config, Error, Input, Output, PartyId, Session, Shares, Width, proto};
 
 /// A value no counter, length or id in a rendering could equal by chance.
@@ -59,7 +59,7 @@ fn shared_secret() -> [Shares; 3] {
 fn shares_print_only_party_and_length() {
     let shares = shared_secret();
     for s in &shares {
-        let (a, b) = components(s);
+        let (a, b) = s.components();
         let mut planted: Vec<u64> = a.iter().chain(b).copied().collect();
         planted.push(SECRET);
         for text in [format!("{s:?}"), format!("{s:#?}")] {

@@ -9,4 +9,5 @@ mod gpt2_costs;
 mod gpt2_shakespeare;
 mod gpt2_sharing;
 mod kv_cache;
+mod outside_client;
 mod test_layout;

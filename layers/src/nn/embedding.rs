@@ -22,30 +22,44 @@ pub async fn share_one_hot(
     per_row: usize,
     width: usize,
 ) -> Result<Shares, Error> {
-    let total = rows
-        .checked_mul(width)
-        .ok_or(Error::misuse("one-hot input size overflows"))?;
     let values = match (ctx.me() == client, hot) {
-        (true, Some(cols)) => {
-            if Some(cols.len()) != rows.checked_mul(per_row)
-                || cols.iter().any(|&c| c as usize >= width)
-            {
-                return Err(Error::misuse(
-                    "input ids must be one per row and below the vocabulary size",
-                ));
-            }
-            let mut v = vec![0u64; total];
-            for (i, &c) in cols.iter().enumerate() {
-                if let Some(x) = v.get_mut((i / per_row.max(1)) * width + c as usize) {
-                    *x = 1;
-                }
-            }
-            Some(v)
-        }
+        (true, Some(cols)) => Some(one_hot_rows(cols, rows, per_row, width)?),
         (true, None) => return Err(Error::misuse("the client must pass its input ids")),
         (false, _) => None,
     };
+    let total = rows
+        .checked_mul(width)
+        .ok_or(Error::misuse("one-hot input size overflows"))?;
     proto::share_input(ctx, client, values.as_deref(), total).await
+}
+
+/// The plaintext one-hot rows that [`share_one_hot`] shares (integers 0 and 1, `rows ×
+/// width`), for a client that deals them itself ([`super::client`]).
+///
+/// # Errors
+/// `Misuse` if `hot` has the wrong length, a column is not below `width` (no value is
+/// named) or the size overflows.
+pub fn one_hot_rows(
+    hot: &[u32],
+    rows: usize,
+    per_row: usize,
+    width: usize,
+) -> Result<Vec<u64>, Error> {
+    let total = rows
+        .checked_mul(width)
+        .ok_or(Error::misuse("one-hot input size overflows"))?;
+    if Some(hot.len()) != rows.checked_mul(per_row) || hot.iter().any(|&c| c as usize >= width) {
+        return Err(Error::misuse(
+            "input ids must be one per row and below the vocabulary size",
+        ));
+    }
+    let mut v = vec![0u64; total];
+    for (i, &c) in hot.iter().enumerate() {
+        if let Some(x) = v.get_mut((i / per_row.max(1)) * width + c as usize) {
+            *x = 1;
+        }
+    }
+    Ok(v)
 }
 
 /// The embeddings (`rows × d`) of shared one-hot rows (`rows × vocab`) in a shared

@@ -15,6 +15,7 @@ use puma_core::proto::SamplingParams;
 use puma_core::{Ctx, Error, PartyId, Shares, Width, proto};
 
 use super::attention::{KvCache, starts};
+use super::client::{ClientAt, Delivered, Delivery};
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
 use super::draft::padded_drafts;
@@ -278,7 +279,7 @@ struct StepResult {
 pub async fn generate(
     ctx: &mut Ctx,
     model: &SharedDecoder,
-    client: PartyId,
+    client: impl Into<ClientAt>,
     prompt: Option<&[u32]>,
     prompt_len: usize,
     decoding: &Decoding,
@@ -329,7 +330,7 @@ pub async fn generate(
 pub async fn generate_batch(
     ctx: &mut Ctx,
     model: &SharedDecoder,
-    client: PartyId,
+    client: impl Into<ClientAt>,
     prompts: Option<&[Vec<u32>]>,
     lens: &[usize],
     decoding: &Decoding,
@@ -364,7 +365,16 @@ pub async fn generate_batch(
             "speculative verification needs the secure-argmax output mode and greedy picks",
         ));
     }
-    let is_client = ctx.me() == client;
+    let client: ClientAt = client.into();
+    if client.party().is_none()
+        && (mode == OutputMode::RevealLogits || decoding.client_stops || decoding.drafts > 0)
+    {
+        return Err(Error::misuse(
+            "a client outside the parties takes the secure-argmax or private output mode, \
+             without stop strings or drafts",
+        ));
+    }
+    let is_client = client.party() == Some(ctx.me());
     if is_client && decoding.client_stops && stop.is_none() {
         return Err(Error::misuse(
             "the client must pass its stop test when the decoding says it has one",
@@ -395,7 +405,27 @@ pub async fn generate_batch(
     let mut step_begin = ctx.meter();
     let all_prompts: Option<Vec<u32>> = is_client.then(|| contexts.concat());
     let total: usize = lens.iter().sum();
-    let prompt_hot = share_one_hot(ctx, client, all_prompts.as_deref(), total, 1, v).await?;
+    let (client, prompt_hot) = match client {
+        ClientAt::Party(p) => {
+            let hot = share_one_hot(ctx, p, all_prompts.as_deref(), total, 1, v).await?;
+            (ClientAt::Party(p), hot)
+        }
+        ClientAt::Outside {
+            prompt_hot,
+            deliver,
+        } => {
+            if prompt_hot.len() != total.saturating_mul(v) {
+                return Err(Error::misuse(
+                    "the outside client's prompt rows do not match the prompt lengths",
+                ));
+            }
+            let rest = ClientAt::Outside {
+                prompt_hot: Shares::zeros(ctx.me(), 0),
+                deliver,
+            };
+            (rest, prompt_hot)
+        }
+    };
     costs.add(LayerKind::Input, step_begin, ctx.meter());
     let mut seqs = Vec::with_capacity(lens.len());
     let mut first = 0;
@@ -442,7 +472,8 @@ pub async fn generate_batch(
         let draft_hot = if drafted > 0 {
             let m = ctx.meter();
             let ids: Option<Vec<u32>> = is_client.then(|| drafts.concat());
-            let hot = share_one_hot(ctx, client, ids.as_deref(), drafted, 1, v).await?;
+            let from = client.party_for("drafts from an outside client")?;
+            let hot = share_one_hot(ctx, from, ids.as_deref(), drafted, 1, v).await?;
             costs.add(LayerKind::Input, m, ctx.meter());
             Some(hot)
         } else {
@@ -516,7 +547,8 @@ pub async fn generate_batch(
             .map(|&i| seqs[i].produced + 1 >= max_new)
             .collect();
         if decoding.client_picks() {
-            if let Some(raw) = proto::reveal_to(ctx, &logits, client).await? {
+            let to = client.party_for("logits to an outside client")?;
+            if let Some(raw) = proto::reveal_to(ctx, &logits, to).await? {
                 let vals = fx.decode_slice(&raw);
                 for ((res, &i), chunk) in results.iter_mut().zip(&active).zip(vals.chunks(v)) {
                     let id = argmax_lowest(chunk) as u32;
@@ -532,7 +564,8 @@ pub async fn generate_batch(
                 pick_token(&mut c_pick, &logits, picked_rows, v, decoding, settings),
                 async {
                     if mode == OutputMode::RevealLogits {
-                        proto::reveal_to(&mut c_logits, &logits, client).await
+                        let to = client.party_for("logits to an outside client")?;
+                        proto::reveal_to(&mut c_logits, &logits, to).await
                     } else {
                         Ok(None)
                     }
@@ -613,10 +646,18 @@ pub async fn generate_batch(
             let (mut c_id, mut c_open) = (ctx.fork(), ctx.fork());
             let (ids_open, public) = puma_core::try_join(
                 async {
-                    if mode != OutputMode::Private {
-                        proto::reveal_to(&mut c_id, &all_ids, client).await
-                    } else {
-                        Ok(None)
+                    match (&client, mode) {
+                        (_, OutputMode::Private) => Ok(None),
+                        (ClientAt::Party(to), _) => {
+                            proto::reveal_to(&mut c_id, &all_ids, *to).await
+                        }
+                        (ClientAt::Outside { deliver, .. }, _) => {
+                            deliver(Delivery {
+                                what: Delivered::StepIds { step },
+                                shares: all_ids.clone(),
+                            });
+                            Ok(None)
+                        }
                     }
                 },
                 async {
@@ -698,7 +739,8 @@ pub async fn generate_batch(
             } else {
                 Vec::new()
             };
-            let ended = signal_end(ctx, client, &mine, askers.len()).await?;
+            let from = client.party_for("end bits from an outside client")?;
+            let ended = signal_end(ctx, from, &mine, askers.len()).await?;
             if !decoding.client_picks() {
                 costs.add(LayerKind::Output, m3, ctx.meter());
             }
@@ -722,7 +764,8 @@ pub async fn generate_batch(
                         .filter_map(|&j| results[j].tokens.last().copied())
                         .collect()
                 });
-                let hot = share_one_hot(ctx, client, ids.as_deref(), cont.len(), 1, v).await?;
+                let from = client.party_for("picks from an outside client")?;
+                let hot = share_one_hot(ctx, from, ids.as_deref(), cont.len(), 1, v).await?;
                 for (n, &j) in cont.iter().enumerate() {
                     next_hot[j] = Some(hot.slice(n * v..(n + 1) * v)?);
                 }
@@ -755,7 +798,17 @@ pub async fn generate_batch(
         let shared: Vec<&Shares> = seqs.iter().flat_map(|s| s.shared_ids.iter()).collect();
         if !shared.is_empty() {
             let all = Shares::concat(&shared)?;
-            if let Some(raw) = proto::reveal_to(ctx, &all, client).await? {
+            let opened = match &client {
+                ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
+                ClientAt::Outside { deliver, .. } => {
+                    deliver(Delivery {
+                        what: Delivered::FinalIds,
+                        shares: all,
+                    });
+                    None
+                }
+            };
+            if let Some(raw) = opened {
                 let mut at = 0;
                 for s in &mut seqs {
                     let n = s.shared_ids.len();

@@ -7,12 +7,14 @@
 //! ([`range`]), cost metering by [`LayerKind`] ([`cost`]), and the one decoder path
 //! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only, with one
 //! generation loop ([`mod@generate`]: output modes, end-of-sequence and stop rules, batches,
-//! speculative verification of the client's drafts ([`draft`])). BERT /
+//! speculative verification of the client's drafts ([`draft`]), a client among the
+//! parties or outside them ([`client`])). BERT /
 //! RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
 
 pub mod activation;
 pub mod attention;
+pub mod client;
 pub mod cost;
 pub mod decoder;
 pub mod draft;
@@ -26,6 +28,7 @@ pub mod settings;
 
 pub use activation::Activation;
 pub use attention::{Heads, KvCache};
+pub use client::{ClientAt, Deliver, Delivered, Delivery};
 pub use cost::{LayerCosts, LayerKind};
 pub use decoder::{
     DecoderArch, DecoderSpec, DecoderTensor, Positions, SharedDecoder, forward_logits,

@@ -1,0 +1,259 @@
+//! A client outside the three parties (the thin client of a service): it deals its prompt,
+//! the parties generate on the Shakespeare GPT-2 and deliver their shares of each token,
+//! and the client reconstructs the reference greedy ids. No party learns a token.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use puma_core::dealing;
+use puma_core::sim::Sim;
+use puma_core::{PartyId, Shares};
+use puma_layers::Gpt2Config;
+use puma_layers::gpt2::weights::{Gpt2Weights, load_gpt2};
+use puma_layers::nn::client::{OutsideTokens, deal_prompts};
+use puma_layers::nn::{
+    ClientAt, Decoding, Delivered, Delivery, Generation, OutputMode, SecureSettings, SharedDecoder,
+    generate_batch,
+};
+
+const SHAKESPEARE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+/// "ROMEO:" and "JULIET:"; the second is longer.
+const PROMPTS: [&[u32]; 2] = [&[33676, 4720, 25], &[41, 6239, 2767, 25]];
+
+fn model() -> Arc<(Gpt2Config, Gpt2Weights)> {
+    static MODEL: OnceLock<Arc<(Gpt2Config, Gpt2Weights)>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Arc::new(load_gpt2(Path::new(SHAKESPEARE)).unwrap()))
+        .clone()
+}
+
+type Deliveries = Arc<Mutex<Vec<(Delivered, Vec<u64>, Vec<u64>)>>>;
+
+/// The parties' generations with the client at `P0` (as today), for reference.
+fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
+    let (model, decoding) = (model(), Arc::new(decoding.clone()));
+    let prompts: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let out = Sim::new(3).run(move |me| {
+        let (model, decoding, prompts, lens) = (
+            model.clone(),
+            decoding.clone(),
+            prompts.clone(),
+            lens.clone(),
+        );
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
+            generate_batch(
+                &mut ctx,
+                &m,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&prompts[..]),
+                &lens,
+                &decoding,
+                &SecureSettings::default(),
+                None,
+                None,
+            )
+            .await
+        }
+    });
+    let [client, _, _] = out.into_results().unwrap();
+    client
+}
+
+/// Runs the parties with an outside client: returns what each party delivered, and the
+/// parties' own generations.
+fn with_outside_client(decoding: &Decoding) -> ([Deliveries; 3], [Vec<Generation>; 3], u32) {
+    let (model, decoding) = (model(), Arc::new(decoding.clone()));
+    let prompts: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let vocab = model.0.vocab_size;
+    let dealt = deal_prompts(&prompts, vocab, &[[7; 32], [9; 32]], 0).unwrap();
+    let total: usize = lens.iter().sum();
+    let delivered: [Deliveries; 3] = Default::default();
+    let hot: Vec<Shares> = dealt
+        .into_iter()
+        .zip(PartyId::ALL)
+        .map(|(d, p)| {
+            d.into_shares(p, total * vocab, dealing::Span::whole(0))
+                .unwrap()
+        })
+        .collect();
+    let sinks = delivered.clone();
+    let out = Sim::new(3).run(move |me| {
+        let (model, decoding, lens) = (model.clone(), decoding.clone(), lens.clone());
+        let prompt_hot = hot[me.index()].clone();
+        let sink = sinks[me.index()].clone();
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            let m =
+                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
+                    .await?;
+            let client = ClientAt::Outside {
+                prompt_hot,
+                deliver: Arc::new(move |d: Delivery| {
+                    let (a, b) = d.shares.components();
+                    sink.lock().unwrap().push((d.what, a.to_vec(), b.to_vec()));
+                }),
+            };
+            generate_batch(
+                &mut ctx,
+                &m,
+                client,
+                None,
+                &lens,
+                &decoding,
+                &SecureSettings::default(),
+                None,
+                None,
+            )
+            .await
+        }
+    });
+    let rounds = out.rounds();
+    (delivered, out.into_results().unwrap(), rounds)
+}
+
+/// What the client reconstructs from the three parties' deliveries.
+fn client_view(delivered: &[Deliveries; 3], decoding: &Decoding) -> OutsideTokens {
+    let vocab = model().0.vocab_size;
+    let mut view = OutsideTokens::new(PROMPTS.len(), decoding, vocab);
+    let parts: Vec<_> = delivered
+        .iter()
+        .map(|d| d.lock().unwrap().clone())
+        .collect();
+    assert_eq!(parts[0].len(), parts[1].len());
+    assert_eq!(parts[0].len(), parts[2].len());
+    for i in 0..parts[0].len() {
+        let what = parts[0][i].0;
+        assert!(parts.iter().all(|p| p[i].0 == what), "deliveries in step");
+        let ids = dealing::reconstruct([
+            (&parts[0][i].1, &parts[0][i].2),
+            (&parts[1][i].1, &parts[1][i].2),
+            (&parts[2][i].1, &parts[2][i].2),
+        ])
+        .unwrap();
+        match what {
+            Delivered::StepIds { .. } => {
+                view.step(&ids).unwrap();
+            }
+            Delivered::FinalIds => view.finish(&ids).unwrap(),
+        }
+    }
+    assert!(view.done());
+    view
+}
+
+#[test]
+fn an_outside_client_gets_the_party_clients_tokens_in_both_modes() {
+    for mode in [OutputMode::SecureArgmax, OutputMode::Private] {
+        let decoding = Decoding::new(6, mode);
+        let want: Vec<Vec<u32>> = with_party_client(&decoding)
+            .into_iter()
+            .map(|g| g.ids)
+            .collect();
+        assert_eq!(want[0].len(), 6);
+        let (delivered, gens, _) = with_outside_client(&decoding);
+        let view = client_view(&delivered, &decoding);
+        assert_eq!(view.ids(), want, "{mode:?}");
+        // No party learned an id.
+        for g in gens.iter().flatten() {
+            assert!(g.ids.is_empty(), "{mode:?}");
+        }
+        let steps = delivered[0].lock().unwrap().len();
+        assert_eq!(
+            steps,
+            if mode == OutputMode::Private { 1 } else { 6 },
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn an_end_of_sequence_id_ends_each_outside_sequence_on_its_own() {
+    let full = with_party_client(&Decoding::new(5, OutputMode::SecureArgmax));
+    // End the first sequence at its third token; the second goes on unless it meets it.
+    let eos = full[0].ids[2];
+    for mode in [OutputMode::SecureArgmax, OutputMode::Private] {
+        let decoding = Decoding {
+            eos: vec![eos],
+            ..Decoding::new(5, mode)
+        };
+        let want: Vec<Vec<u32>> = with_party_client(&decoding)
+            .into_iter()
+            .map(|g| g.ids)
+            .collect();
+        assert_eq!(want[0], full[0].ids[..3], "{mode:?}");
+        let (delivered, _, _) = with_outside_client(&decoding);
+        assert_eq!(client_view(&delivered, &decoding).ids(), want, "{mode:?}");
+    }
+}
+
+#[test]
+fn rules_an_outside_client_cannot_take_are_refused() {
+    for decoding in [
+        Decoding::new(3, OutputMode::RevealLogits),
+        Decoding {
+            client_stops: true,
+            ..Decoding::new(3, OutputMode::SecureArgmax)
+        },
+        Decoding {
+            drafts: 2,
+            ..Decoding::new(3, OutputMode::SecureArgmax)
+        },
+    ] {
+        let (model, decoding) = (model(), Arc::new(decoding));
+        let out = Sim::new(3).run(move |me| {
+            let (model, decoding) = (model.clone(), decoding.clone());
+            move |mut ctx| async move {
+                let (cfg, _) = &*model;
+                let v = cfg.vocab_size;
+                let m = SharedDecoder::share(
+                    &mut ctx,
+                    PartyId::P1,
+                    cfg,
+                    (me == PartyId::P1).then_some(&model.1),
+                )
+                .await?;
+                let client = ClientAt::Outside {
+                    prompt_hot: Shares::zeros(me, 3 * v),
+                    deliver: Arc::new(|_| {}),
+                };
+                generate_batch(
+                    &mut ctx,
+                    &m,
+                    client,
+                    None,
+                    &[3],
+                    &decoding,
+                    &SecureSettings::default(),
+                    None,
+                    None,
+                )
+                .await
+            }
+        });
+        // Each party refuses on its own (whichever refusal reaches a peer first ends it).
+        let refused = out
+            .results
+            .iter()
+            .filter(|r| {
+                r.as_ref()
+                    .is_err_and(|e| e.to_string().contains("outside the parties"))
+            })
+            .count();
+        assert!(
+            refused >= 1,
+            "{:?}",
+            out.results
+                .iter()
+                .map(|r| r.as_ref().err())
+                .collect::<Vec<_>>()
+        );
+        assert!(out.results.iter().all(Result::is_err));
+    }
+}
