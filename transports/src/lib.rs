@@ -8,6 +8,10 @@
 //! - [`driver`]: the blocking sans-IO run loop, the [`Link`] trait and its events.
 //! - [`mem`]: three parties on three OS threads joined by in-memory channels, with
 //!   [`mem::run3`] as the one-call entry point for tests, demos and benchmarks.
+//! - [`tcp`], [`quic`] ([`net`] for what they share, [`tls`] for the pinned certificates):
+//!   one session per connection between three processes.
+//! - [`mux`]: many sessions at once over one TCP+TLS connection per pair of parties, for
+//!   long-running servers.
 //!
 //! Faults are errors, never hangs: a peer that stalls past the timeout ends the session
 //! with [`ErrorKind::Timeout`](puma_core::ErrorKind::Timeout), one that goes away with
@@ -36,6 +40,7 @@ pub mod embedded;
 mod error;
 pub mod loopback;
 pub mod mem;
+pub mod mux;
 pub mod net;
 pub mod quic;
 pub mod tcp;

@@ -12,6 +12,7 @@ use puma_core::{Config, Ctx, Error, PartyId, Session, Stats};
 use crate::driver;
 use crate::error::TransportError;
 use crate::mem::{Outcome, entropy_from_seed};
+use crate::mux::{Mux, MuxOptions};
 use crate::net::{NetLink, NetOptions, WireStats};
 use crate::tcp::Endpoints;
 use crate::tls::{Identity, Pins};
@@ -140,6 +141,24 @@ impl PartyNet {
                 quic::connect(&self.endpoints, s, &id, &self.pins, opts)
             }
         }
+    }
+}
+
+impl PartyNet {
+    /// Connects to the other two parties for many sessions at once ([`Mux`], TCP only).
+    ///
+    /// # Errors
+    /// As [`Mux::connect`]; [`TransportError::Local`] for QUIC.
+    pub fn connect_mux(self, opts: MuxOptions) -> Result<Mux, TransportError> {
+        let id = self
+            .identity
+            .ok_or_else(|| TransportError::Local("no identity".into()))?;
+        if self.network != Network::Tcp {
+            return Err(TransportError::Local(
+                "many sessions per connection run over TCP+TLS only".into(),
+            ));
+        }
+        Mux::connect(&self.endpoints, self.tcp, &id, &self.pins, opts)
     }
 }
 

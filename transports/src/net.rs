@@ -78,6 +78,17 @@ pub struct WireStats {
     pub received: [u64; 3],
 }
 
+impl WireCounters {
+    /// The bytes moved so far.
+    pub(crate) fn snapshot(&self) -> WireStats {
+        let load = |a: &[AtomicU64; 3]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
+        WireStats {
+            sent: load(&self.sent),
+            received: load(&self.received),
+        }
+    }
+}
+
 fn add(counter: &[AtomicU64; 3], peer: PartyId, n: usize) {
     if let Some(c) = counter.get(peer.index()) {
         c.fetch_add(n as u64, Ordering::Relaxed);
@@ -142,7 +153,7 @@ pub(crate) async fn read_frames<R: AsyncRead + Unpin>(
 }
 
 /// Writes queued frames to `peer` until the queue closes, then ends the stream.
-async fn write_frames<W: FrameSink>(
+pub(crate) async fn write_frames<W: FrameSink>(
     peer: PartyId,
     mut w: W,
     mut rx: mpsc::Receiver<Vec<u8>>,
@@ -322,11 +333,7 @@ impl NetLink {
 
     /// Bytes moved so far, by peer (frames and length prefixes).
     pub fn wire_stats(&self) -> WireStats {
-        let load = |a: &[AtomicU64; 3]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
-        WireStats {
-            sent: load(&self.wire.sent),
-            received: load(&self.wire.received),
-        }
+        self.wire.snapshot()
     }
 
     /// Ends the link cleanly: delivers every queued frame, closes this party's streams,

@@ -66,11 +66,36 @@ pub fn connect(
     pins: &Pins,
     opts: NetOptions,
 ) -> Result<NetLink, TransportError> {
+    let rt = runtime()?;
+    let timeout = opts.timeout;
+    let parts = Parts::new(endpoints.me, rt, opts);
+    let streams = parts
+        .rt
+        .block_on(establish(endpoints, listener, identity, pins, timeout))?;
+    let mut writers = Vec::new();
+    for (peer, stream) in streams {
+        let (r, w) = tokio::io::split(stream);
+        parts.spawn_reader(peer, r);
+        let (tx, h) = parts.spawn_writer(peer, w);
+        writers.push((peer, tx, h));
+    }
+    Ok(parts.finish(writers, None))
+}
+
+/// The authenticated TLS connections of party `endpoints.me` to both peers, dialled and
+/// accepted as [`connect`] describes, within `timeout`. Runs on the caller's runtime.
+///
+/// # Errors
+/// As [`connect`].
+pub(crate) async fn establish(
+    endpoints: &Endpoints,
+    listener: Option<std::net::TcpListener>,
+    identity: &Identity,
+    pins: &Pins,
+    timeout: Duration,
+) -> Result<Vec<(PartyId, TlsStream<TcpStream>)>, TransportError> {
     let me = endpoints.me;
     let (dials, accepts) = roles(me);
-    let rt = runtime()?;
-    let deadline_in = opts.timeout;
-    let parts = Parts::new(me, rt, opts);
     let server = if accepts.is_empty() {
         None
     } else {
@@ -92,45 +117,35 @@ pub fn connect(
             .ok_or_else(|| TransportError::Local(format!("no address for {p}")))?;
         dial_cfgs.push((p, addr, Arc::new(client_config(identity, pins, p)?)));
     }
-    let streams = parts.rt.block_on(async move {
-        let deadline = Instant::now() + deadline_in;
-        let accepting = async {
-            match server {
-                Some((l, cfg)) => {
-                    let l = TcpListener::from_std(l)
-                        .map_err(|e| TransportError::Local(format!("listener: {e}")))?;
-                    accept_all(l, cfg, pins, &accepts, deadline).await
-                }
-                None => Ok(Vec::new()),
+    let deadline = Instant::now() + timeout;
+    let accepting = async {
+        match server {
+            Some((l, cfg)) => {
+                let l = TcpListener::from_std(l)
+                    .map_err(|e| TransportError::Local(format!("listener: {e}")))?;
+                accept_all(l, cfg, pins, &accepts, deadline).await
             }
-        };
-        let dialing = async {
-            let tasks: Vec<_> = dial_cfgs
-                .into_iter()
-                .map(|(p, addr, cfg)| tokio::spawn(dial(p, addr, cfg, deadline)))
-                .collect();
-            let mut out = Vec::new();
-            for t in tasks {
-                match t.await {
-                    Ok(r) => out.push(r?),
-                    Err(e) => return Err(TransportError::Local(format!("dial task: {e}"))),
-                }
+            None => Ok(Vec::new()),
+        }
+    };
+    let dialing = async {
+        let tasks: Vec<_> = dial_cfgs
+            .into_iter()
+            .map(|(p, addr, cfg)| tokio::spawn(dial(p, addr, cfg, deadline)))
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            match t.await {
+                Ok(r) => out.push(r?),
+                Err(e) => return Err(TransportError::Local(format!("dial task: {e}"))),
             }
-            Ok(out)
-        };
-        let (a, d) = tokio::join!(accepting, dialing);
-        let mut all = d?;
-        all.extend(a?);
-        Ok::<_, TransportError>(all)
-    })?;
-    let mut writers = Vec::new();
-    for (peer, stream) in streams {
-        let (r, w) = tokio::io::split(stream);
-        parts.spawn_reader(peer, r);
-        let (tx, h) = parts.spawn_writer(peer, w);
-        writers.push((peer, tx, h));
-    }
-    Ok(parts.finish(writers, None))
+        }
+        Ok(out)
+    };
+    let (a, d) = tokio::join!(accepting, dialing);
+    let mut all = d?;
+    all.extend(a?);
+    Ok(all)
 }
 
 async fn dial(

@@ -8,5 +8,6 @@ mod common;
 
 mod embedded;
 mod mem;
+mod mux;
 mod network;
 mod shaping;
