@@ -549,6 +549,11 @@ impl SharedDecoder {
         &self.spec
     }
 
+    /// The party whose shares these are.
+    pub fn party(&self) -> PartyId {
+        self.embed.party()
+    }
+
     pub(super) fn head(&self) -> &Shares {
         self.head.as_ref().unwrap_or(&self.embed)
     }

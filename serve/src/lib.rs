@@ -1,0 +1,18 @@
+//! # puma-serve
+//!
+//! One computing server of the secure inference service (docs/ARCHITECTURE.md, Service):
+//! three such servers hold a model's shares once and serve many requests of outside
+//! clients at once, each request its own session over one connection per pair of
+//! servers ([`puma_transports::mux`]). A client deals its prompt to the three servers
+//! ([`puma_layers::nn::client`]), each server runs the generation on shares and hands
+//! its shares of every token back for the client
+//! ([`puma_layers::nn::ClientAt::Outside`]); no server learns the prompt or a token.
+//!
+//! - [`server`]: the [`Server`]: its models, requests and status.
+//! - [`admission`]: bounded concurrency with a bounded queue.
+
+pub mod admission;
+pub mod server;
+
+pub use admission::{Admission, Permit};
+pub use server::{GenerateRequest, ServeError, ServeOptions, Server, Status};

@@ -1,0 +1,281 @@
+//! A computing server: the shared models it holds, the generation requests of outside
+//! clients it runs (each its own session over the [`Mux`]), and its status.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use puma_core::dealing::{Dealt, Span};
+use puma_core::{Config, PartyId, Session};
+use puma_layers::nn::{
+    ClientAt, Decoding, Deliver, Generation, SecureSettings, SharedDecoder, generate_batch,
+};
+use puma_transports::mux::Mux;
+use puma_transports::{TransportError, drive};
+use rand_core::{OsRng, TryRngCore};
+
+use crate::admission::{Admission, Refused};
+
+/// Limits of a server.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Requests run at once.
+    pub max_running: usize,
+    /// Requests waiting for a slot; more are refused at once.
+    pub max_queued: usize,
+    /// How long a request may wait for a slot.
+    pub queue_wait: Duration,
+    /// The longest wait for a peer within a request (an idle timeout: each frame
+    /// restarts it).
+    pub peer_timeout: Duration,
+    /// The secure layers' settings (all three servers must agree).
+    pub settings: SecureSettings,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            max_running: 4,
+            max_queued: 16,
+            queue_wait: Duration::from_secs(60),
+            peer_timeout: Duration::from_secs(30),
+            settings: SecureSettings::default(),
+        }
+    }
+}
+
+/// One generation request of an outside client, as one server receives it.
+#[derive(Debug)]
+pub struct GenerateRequest {
+    /// The request's session id; the client gives all three servers the same one, and
+    /// never reuses it.
+    pub session_id: u64,
+    /// The model's name on the servers.
+    pub model: String,
+    /// The prompts' lengths (public).
+    pub lens: Vec<usize>,
+    /// The decoding rules (public; the same at all three servers).
+    pub decoding: Decoding,
+    /// This server's part of the prompts' one-hot rows, dealt by the client
+    /// ([`puma_layers::nn::client::deal_prompts`]).
+    pub prompt: Dealt,
+}
+
+/// Why a server did not serve a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// No model of that name is loaded.
+    #[error("no model named {0:?} is loaded on this server")]
+    UnknownModel(String),
+    /// The request does not fit the model or the server.
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    /// Too many requests are waiting.
+    #[error("the server is busy: {queued} requests are waiting already")]
+    Busy {
+        /// Requests waiting.
+        queued: usize,
+    },
+    /// No slot came free in time.
+    #[error("no slot came free within {0:?}")]
+    QueueTimeout(Duration),
+    /// A model for another party.
+    #[error("the model's shares belong to {found}, this server is {me}")]
+    OtherParty {
+        /// The shares' party.
+        found: PartyId,
+        /// This server.
+        me: PartyId,
+    },
+    /// This server has no OS randomness.
+    #[error("no OS randomness: {0}")]
+    Entropy(String),
+    /// The session failed (a peer, a timeout, a protocol error); names the cause.
+    #[error("the session failed: {0}")]
+    Session(#[from] TransportError),
+}
+
+/// What a server is doing, for its operator.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// This server.
+    pub me: Option<PartyId>,
+    /// The models loaded, by name.
+    pub models: Vec<String>,
+    /// Requests running now.
+    pub running: usize,
+    /// Requests waiting for a slot.
+    pub queued: usize,
+    /// Requests served to the end.
+    pub served: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Rounds of the requests served.
+    pub rounds: u64,
+    /// Payload bytes this server sent for them.
+    pub bytes_sent: u64,
+    /// Peers whose connection has ended.
+    pub peers_gone: Vec<PartyId>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    served: AtomicU64,
+    failed: AtomicU64,
+    rounds: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// One computing server.
+#[derive(Debug)]
+pub struct Server {
+    mux: Mux,
+    models: RwLock<BTreeMap<String, Arc<SharedDecoder>>>,
+    admission: Admission,
+    opts: ServeOptions,
+    counters: Counters,
+}
+
+impl Server {
+    /// A server over its connections to the other two.
+    pub fn new(mux: Mux, opts: ServeOptions) -> Server {
+        Server {
+            admission: Admission::new(opts.max_running, opts.max_queued),
+            mux,
+            models: RwLock::default(),
+            opts,
+            counters: Counters::default(),
+        }
+    }
+
+    /// This server's party.
+    pub fn me(&self) -> PartyId {
+        self.mux.me()
+    }
+
+    /// Loads `model` under `name` (replacing a model of that name for later requests).
+    ///
+    /// # Errors
+    /// [`ServeError::OtherParty`] if the shares are another party's.
+    pub fn add_model(&self, name: &str, model: SharedDecoder) -> Result<(), ServeError> {
+        if model.party() != self.me() {
+            return Err(ServeError::OtherParty {
+                found: model.party(),
+                me: self.me(),
+            });
+        }
+        self.models
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), Arc::new(model));
+        Ok(())
+    }
+
+    /// Runs one request to its end: waits for a slot, then generates on shares with the
+    /// other two servers, handing this server's shares of every token to `deliver` as
+    /// they are produced. Returns this server's view (no ids: it learns none).
+    ///
+    /// # Errors
+    /// [`ServeError`]: unknown model, a request that does not fit it, a full queue, no
+    /// slot in time, or a failed session (naming the peer or the cause).
+    pub fn generate(
+        &self,
+        request: GenerateRequest,
+        deliver: Deliver,
+    ) -> Result<Vec<Generation>, ServeError> {
+        let model = self
+            .models
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&request.model)
+            .cloned()
+            .ok_or_else(|| ServeError::UnknownModel(request.model.clone()))?;
+        let vocab = model.spec().vocab;
+        let rows = request
+            .lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .and_then(|t| t.checked_mul(vocab))
+            .ok_or(ServeError::BadRequest("the prompt lengths overflow"))?;
+        let _permit = self
+            .admission
+            .admit(self.opts.queue_wait)
+            .map_err(|r| match r {
+                Refused::Busy => ServeError::Busy {
+                    queued: self.admission.load().1,
+                },
+                Refused::Timeout => ServeError::QueueTimeout(self.opts.queue_wait),
+            })?;
+        let me = self.me();
+        let prompt_hot = request
+            .prompt
+            .into_shares(me, rows, Span::whole(0))
+            .map_err(|_| {
+                ServeError::BadRequest("the dealt prompt does not match the prompt lengths")
+            })?;
+        let mut entropy = [0u8; 32];
+        OsRng
+            .try_fill_bytes(&mut entropy)
+            .map_err(|e| ServeError::Entropy(e.to_string()))?;
+        let (lens, decoding, settings) = (request.lens, request.decoding, self.opts.settings);
+        let session = Session::new(
+            Config::new(request.session_id),
+            me,
+            entropy,
+            move |mut ctx| async move {
+                let client = ClientAt::Outside {
+                    prompt_hot,
+                    deliver,
+                };
+                generate_batch(
+                    &mut ctx, &model, client, None, &lens, &decoding, &settings, None, None,
+                )
+                .await
+            },
+        );
+        let result = session
+            .map_err(TransportError::from)
+            .and_then(|mut session| {
+                let mut link = self.mux.open(request.session_id)?;
+                let r = drive(&mut session, &mut link, self.opts.peer_timeout);
+                let stats = session.stats();
+                self.counters
+                    .rounds
+                    .fetch_add(u64::from(stats.rounds), Ordering::Relaxed);
+                self.counters
+                    .bytes
+                    .fetch_add(stats.payload_bytes_total(), Ordering::Relaxed);
+                r
+            });
+        let counter = if result.is_ok() {
+            &self.counters.served
+        } else {
+            &self.counters.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(result?)
+    }
+
+    /// What the server is doing now.
+    pub fn status(&self) -> Status {
+        let (running, queued) = self.admission.load();
+        Status {
+            me: Some(self.me()),
+            models: self
+                .models
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .cloned()
+                .collect(),
+            running,
+            queued,
+            served: self.counters.served.load(Ordering::Relaxed),
+            failed: self.counters.failed.load(Ordering::Relaxed),
+            rounds: self.counters.rounds.load(Ordering::Relaxed),
+            bytes_sent: self.counters.bytes.load(Ordering::Relaxed),
+            peers_gone: self.mux.gone(),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Three servers on 127.0.0.1 (TCP+TLS, one connection per pair) hold the Shakespeare
+//! GPT-2's shares, shared once; outside clients deal their prompts and get the reference
+//! greedy ids, several requests at once; the servers learn no id.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use puma_core::dealing;
+use puma_core::{Config, PartyId};
+use puma_layers::gpt2::weights::load_gpt2;
+use puma_layers::nn::client::{OutsideTokens, deal_prompts};
+use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
+use puma_serve::{GenerateRequest, ServeError, ServeOptions, Server};
+use puma_transports::loopback::{LocalNet, Network};
+use puma_transports::mem;
+use puma_transports::mux::MuxOptions;
+
+const SHAKESPEARE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
+const REFERENCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../layers/tests/fixtures/gpt2-shakespeare/reference.safetensors"
+);
+const MODEL: &str = "shakespeare";
+
+/// The fixture prompts and their reference greedy continuations.
+fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
+    let bytes = std::fs::read(REFERENCE).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let ids = |name: &str| -> Vec<u32> {
+        st.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
+            .collect()
+    };
+    ["p1", "p2", "p3", "p4"]
+        .iter()
+        .map(|p| {
+            (
+                ids(&format!("{p}.input_ids")),
+                ids(&format!("{p}.greedy_new_ids")),
+            )
+        })
+        .collect()
+}
+
+/// Three servers with the model shared once by its owner (here in-process).
+fn servers(opts: ServeOptions) -> ([Arc<Server>; 3], usize) {
+    let (cfg, w) = load_gpt2(Path::new(SHAKESPEARE)).unwrap();
+    let vocab = cfg.vocab_size;
+    let model = Arc::new((cfg, w));
+    let shared = mem::run3(Config::new(1), 11, |me| {
+        let model = model.clone();
+        move |mut ctx| async move {
+            let (cfg, w) = &*model;
+            SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w)).await
+        }
+    })
+    .into_results()
+    .unwrap();
+    let mut net = LocalNet::new(Network::Tcp).unwrap();
+    let parties = PartyId::ALL.map(|p| net.party(p));
+    let muxes: Vec<_> = thread::scope(|s| {
+        let hs: Vec<_> = parties
+            .into_iter()
+            .map(|pn| s.spawn(move || pn.connect_mux(MuxOptions::default()).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let servers: Vec<Arc<Server>> = muxes
+        .into_iter()
+        .zip(shared)
+        .map(|(mux, m)| {
+            let s = Server::new(mux, opts.clone());
+            s.add_model(MODEL, m).unwrap();
+            Arc::new(s)
+        })
+        .collect();
+    (servers.try_into().unwrap(), vocab)
+}
+
+/// One delivery as the client receives it from one server: what, and the two components.
+type Delivered3 = (Delivered, Vec<u64>, Vec<u64>);
+
+fn part(x: &Delivered3) -> (&[u64], &[u64]) {
+    (&x.1, &x.2)
+}
+
+/// One client request through the three servers: what the client reconstructs.
+fn request(
+    servers: &[Arc<Server>; 3],
+    vocab: usize,
+    id: u64,
+    prompts: &[Vec<u32>],
+    decoding: &Decoding,
+) -> Result<Vec<Vec<u32>>, ServeError> {
+    let seeds = [[id as u8; 32], [(id as u8).wrapping_add(77); 32]];
+    let dealt = deal_prompts(prompts, vocab, &seeds, 0).unwrap();
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let (tx, rx) = mpsc::channel::<(usize, Delivered, Vec<u64>, Vec<u64>)>();
+    let results: Vec<Result<_, ServeError>> = thread::scope(|s| {
+        let hs: Vec<_> = servers
+            .iter()
+            .zip(dealt)
+            .enumerate()
+            .map(|(p, (server, prompt))| {
+                let tx = Mutex::new(tx.clone());
+                let req = GenerateRequest {
+                    session_id: id,
+                    model: MODEL.into(),
+                    lens: lens.clone(),
+                    decoding: decoding.clone(),
+                    prompt,
+                };
+                s.spawn(move || {
+                    let deliver = Arc::new(move |d: Delivery| {
+                        let (a, b) = d.shares.components();
+                        let _ = tx.lock().unwrap().send((p, d.what, a.to_vec(), b.to_vec()));
+                    });
+                    server.generate(req, deliver)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(tx);
+    for r in results {
+        // The servers learn no id.
+        assert!(r?.iter().all(|g| g.ids.is_empty()));
+    }
+    let mut by_party: [Vec<Delivered3>; 3] = Default::default();
+    for (p, what, a, b) in rx {
+        by_party[p].push((what, a, b));
+    }
+    let [d0, d1, d2] = &by_party;
+    assert!(d1.len() == d0.len() && d2.len() == d0.len());
+    let mut view = OutsideTokens::new(prompts.len(), decoding, vocab);
+    for ((x0, x1), x2) in d0.iter().zip(d1).zip(d2) {
+        let ids = dealing::reconstruct([part(x0), part(x1), part(x2)]).unwrap();
+        match x0.0 {
+            Delivered::StepIds { .. } => {
+                view.step(&ids).unwrap();
+            }
+            Delivered::FinalIds => view.finish(&ids).unwrap(),
+        }
+    }
+    assert!(view.done());
+    Ok(view.ids())
+}
+
+#[test]
+fn concurrent_requests_of_outside_clients_get_the_reference_greedy_ids() {
+    let (servers, vocab) = servers(ServeOptions::default());
+    let fixtures = fixture_prompts();
+    let tokens = 8;
+    // Eight requests, four at a time: each fixture prompt in secure-argmax and private
+    // mode.
+    let jobs: Vec<(u64, usize, OutputMode)> = (0..8)
+        .map(|k| {
+            let mode = if k < 4 {
+                OutputMode::SecureArgmax
+            } else {
+                OutputMode::Private
+            };
+            (1000 + k as u64, k % 4, mode)
+        })
+        .collect();
+    for wave in jobs.chunks(4) {
+        thread::scope(|s| {
+            for &(id, p, mode) in wave {
+                let (servers, fixtures) = (&servers, &fixtures);
+                s.spawn(move || {
+                    let (prompt, want) = &fixtures[p];
+                    let got = request(
+                        servers,
+                        vocab,
+                        id,
+                        std::slice::from_ref(prompt),
+                        &Decoding::new(tokens, mode),
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        got,
+                        [want[..tokens].to_vec()],
+                        "request {id}: p{} {mode:?}",
+                        p + 1
+                    );
+                });
+            }
+        });
+    }
+    for s in &servers {
+        let st = s.status();
+        assert_eq!((st.served, st.failed), (8, 0), "{st:?}");
+        assert_eq!((st.running, st.queued), (0, 0));
+        assert_eq!(st.models, [MODEL]);
+        assert!(st.rounds > 0 && st.bytes_sent > 0);
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_before_any_peer_is_involved() {
+    let (servers, vocab) = servers(ServeOptions::default());
+    let prompts = vec![vec![1u32, 2, 3]];
+    let dealt = deal_prompts(&prompts, vocab, &[[1; 32], [2; 32]], 0).unwrap();
+    let [d0, d1, _] = dealt;
+    let err = servers[0]
+        .generate(
+            GenerateRequest {
+                session_id: 5,
+                model: "nope".into(),
+                lens: vec![3],
+                decoding: Decoding::new(2, OutputMode::SecureArgmax),
+                prompt: d0,
+            },
+            Arc::new(|_| {}),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, ServeError::UnknownModel(ref m) if m == "nope"),
+        "{err}"
+    );
+    // Prompt lengths that do not match the dealt rows.
+    let err = servers[1]
+        .generate(
+            GenerateRequest {
+                session_id: 6,
+                model: MODEL.into(),
+                lens: vec![4],
+                decoding: Decoding::new(2, OutputMode::SecureArgmax),
+                prompt: d1,
+            },
+            Arc::new(|_| {}),
+        )
+        .unwrap_err();
+    assert!(matches!(err, ServeError::BadRequest(_)), "{err}");
+    assert_eq!(servers[1].status().served, 0);
+}
