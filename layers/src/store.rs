@@ -361,7 +361,7 @@ pub enum StoreError {
         section: Section,
     },
     /// The file is not a well-formed store (after a matching magic and version), or the
-    /// tensors given to [`write`] do not form one.
+    /// tensors given to [`write()`] do not form one.
     #[error("the share store {} is malformed: {reason}", path.display())]
     Malformed {
         /// The file.
