@@ -564,3 +564,40 @@ fn a_bag_of_shares_is_checked_against_the_plan() {
     let wrong = bag(vec![("a", s(1000)), ("b", s(3000))]).unwrap();
     assert!(SharedBert::from_tensors(tiny, heads, wrong).is_err());
 }
+
+#[test]
+fn a_store_written_from_the_format_description_alone_is_read() {
+    // fuzz/seeds/share_store/two_tensors was written by a short Python script from the
+    // format table of `puma_layers::store` (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/share_store/two_tensors");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("seed.store");
+    std::fs::copy(&seed, &path).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (header, mut tensors) =
+        store::read(&path, &Expect::party(PartyId::P0, FixedPoint::default())).unwrap();
+    let hash: [u8; 32] = std::array::from_fn(|i| i as u8);
+    assert_eq!(
+        header,
+        StoreHeader {
+            party: PartyId::P0,
+            frac_bits: 18,
+            arch: "gpt2".into(),
+            config_json: r#"{"n_layer": 1}"#.into(),
+            model_hash: ModelHash(hash),
+        }
+    );
+    for (i, (name, len)) in [("embed", 6u64), ("final_norm.weight", 3)]
+        .into_iter()
+        .enumerate()
+    {
+        let s = tensors.take(name).unwrap();
+        let word = |k: u64| (100 * i as u64 + k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let (a, b) = s.components();
+        assert_eq!(a, (0..len).map(word).collect::<Vec<_>>(), "{name}");
+        assert_eq!(b, (len..2 * len).map(word).collect::<Vec<_>>(), "{name}");
+    }
+}
