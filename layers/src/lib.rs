@@ -13,6 +13,8 @@
 //!   crate for every architecture), [`gguf`], and [`kernel`] (a threaded matrix kernel for
 //!   large hosts).
 //! - [`stopping`]: a checkpoint's end-of-sequence ids (generation config, config, GGUF).
+//! - [`store`]: a party's share store, the file from which a computing server restores
+//!   its shares of a model without the owner.
 //! - [`limits`]: the one bound on model size that every configuration is checked against
 //!   before any party allocates for it.
 //!
@@ -49,6 +51,7 @@ pub mod llama;
 pub mod nn;
 mod safetensors_reader;
 pub mod stopping;
+pub mod store;
 pub mod tokenizer;
 
 pub use gpt2::config::{Activation, ConfigError, Gpt2Config, InputError};

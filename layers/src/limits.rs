@@ -30,6 +30,10 @@ pub const MAX_POSITIONS: usize = 1 << 20;
 /// Most parameters of a shared model, 2^34 ≈ 17.2 G (LLaMA-7B: 6.7 G, LLaMA-13B: 13 G).
 pub const MAX_PARAMETERS: u64 = 1 << 34;
 
+/// Most named tensors of a model (a block has at most a dozen, and a few lie outside the
+/// blocks): what a share store's table may list.
+pub const MAX_TENSORS: usize = 16 * MAX_LAYERS;
+
 /// A size that exceeds its limit (or overflows while it is computed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{field} = {value} exceeds the limit of {limit} (puma_layers::limits)")]

@@ -20,4 +20,5 @@ mod llama_plain;
 mod llama_secure;
 mod llama_tokenizer;
 mod model_limits;
+mod store;
 mod tokenizer;

@@ -24,11 +24,13 @@ use crate::nn::attention::{self, Heads};
 use crate::nn::embedding::{embed, share_one_hot};
 use crate::nn::{
     Activation, LayerCosts, LayerKind, Linear, Norm, Observer, Progress, SecureSettings,
-    ShareObserver, TensorPlan, share_plan_observed,
+    ShareObserver, SharedTensors, TensorPlan, share_plan_observed,
 };
 
-/// The public shape of a model's heads: every party must pass the same value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The public shape of a model's heads: every party must pass the same value. (Serde
+/// form `{"pooler": bool, "labels": n}`, for a share store's config text; checked when a
+/// model is built.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BertHeads {
     /// Whether the model has a pooler (BERT's `pooler.dense`, RoBERTa's
     /// `classifier.dense`).
@@ -372,13 +374,69 @@ fn encode_tensor(
     }
 }
 
-/// The owner's tensors in sharing order, each encoded when the sharing asks for it (a
-/// named type so that the sharing future stays `Send`).
-struct OwnerTensors<'a> {
+/// The owner's tensors in [`plan`] order, each encoded when asked for (a named type so
+/// that the sharing future stays `Send`).
+pub struct OwnerTensors<'a> {
     cfg: &'a BertConfig,
     w: &'a BertWeights,
-    tensors: std::slice::Iter<'a, (BertTensor, usize)>,
+    tensors: std::vec::IntoIter<(BertTensor, usize)>,
     fx: FixedPoint,
+}
+
+impl std::fmt::Debug for OwnerTensors<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Weights are secret: only how many tensors remain is printed.
+        write!(f, "OwnerTensors {{ {} left }}", self.tensors.len())
+    }
+}
+
+/// Owner side: the model's tensors in [`plan`] order, each encoded at `fx` when the
+/// iterator reaches it (for an outside dealer, or a content hash of the model,
+/// [`crate::store::ModelHasher`]). `heads` are the weights' own ([`BertHeads::of`]).
+///
+/// # Errors
+/// `Misuse` if the config is invalid or the weights do not match it; each item `Misuse`
+/// if a value does not fit the fixed-point format.
+pub fn encoded_tensors<'a>(
+    cfg: &'a BertConfig,
+    weights: &'a BertWeights,
+    fx: FixedPoint,
+) -> Result<OwnerTensors<'a>, Error> {
+    let heads = BertHeads::of(weights);
+    check_shape(cfg, heads)?;
+    if weights.layers.len() != cfg.num_hidden_layers {
+        return Err(Error::misuse("weights do not match the config"));
+    }
+    Ok(OwnerTensors {
+        cfg,
+        w: weights,
+        tensors: tensors(cfg, heads).into_iter(),
+        fx,
+    })
+}
+
+/// The names and lengths of a model's shared tensors, in sharing order: what
+/// [`SharedBert::share`] shares and [`SharedBert::from_tensors`] takes. For a config and
+/// heads that passed their checks (each size within the limits).
+pub fn plan(cfg: &BertConfig, heads: BertHeads) -> TensorPlan {
+    let mut plan = TensorPlan::new();
+    for (t, n) in tensors(cfg, heads) {
+        plan.push(t.name(), n);
+    }
+    plan
+}
+
+/// Whether `cfg` is valid and `heads` fit it.
+fn check_shape(cfg: &BertConfig, heads: BertHeads) -> Result<(), Error> {
+    cfg.validate()
+        .map_err(|_| Error::misuse("invalid BERT configuration"))?;
+    if heads.labels > 0 && !heads.pooler {
+        return Err(Error::misuse("a classifier needs a pooler"));
+    }
+    if heads.labels > MAX_LABELS {
+        return Err(Error::misuse("too many classification labels"));
+    }
+    Ok(())
 }
 
 impl Iterator for OwnerTensors<'_> {
@@ -386,7 +444,7 @@ impl Iterator for OwnerTensors<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let (t, _) = self.tensors.next()?;
-        Some(encode_tensor(self.cfg, self.w, *t, self.fx))
+        Some(encode_tensor(self.cfg, self.w, t, self.fx))
     }
 }
 
@@ -424,20 +482,9 @@ impl SharedBert {
         weights: Option<&BertWeights>,
         observer: Option<&ShareObserver>,
     ) -> Result<SharedBert, Error> {
-        use BertTensor as T;
-        use LayerPart as P;
-        use LinPart::{Bias, Weight};
-        use LnPart::{Beta, Gamma};
-        cfg.validate()
-            .map_err(|_| Error::misuse("invalid BERT configuration"))?;
-        if heads.labels > 0 && !heads.pooler {
-            return Err(Error::misuse("a classifier needs a pooler"));
-        }
+        check_shape(cfg, heads)?;
         let list = tensors(cfg, heads);
-        let mut plan = TensorPlan::new();
-        for (t, n) in &list {
-            plan.push(t.name(), *n);
-        }
+        let plan = plan(cfg, heads);
         let fx = ctx.fixed();
         let weights = match weights {
             Some(w) if ctx.me() == owner => {
@@ -451,10 +498,36 @@ impl SharedBert {
         let encoded = weights.map(|w| OwnerTensors {
             cfg,
             w,
-            tensors: list.iter(),
+            tensors: list.into_iter(),
             fx,
         });
-        let mut shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+        let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+        Self::from_tensors(cfg.clone(), heads, shared)
+    }
+
+    /// A model of `cfg` with `heads` built from one party's shares of its tensors (named
+    /// as [`plan`] names them): from [`SharedBert::share`], a share store
+    /// ([`crate::store`]) or an outside dealer.
+    ///
+    /// # Errors
+    /// `Misuse` for an invalid config or heads, or tensors that do not fit their plan
+    /// (callers that want the tensor named check with [`SharedTensors::check`] first).
+    pub fn from_tensors(
+        cfg: BertConfig,
+        heads: BertHeads,
+        mut shared: SharedTensors,
+    ) -> Result<SharedBert, Error> {
+        use BertTensor as T;
+        use LayerPart as P;
+        use LinPart::{Bias, Weight};
+        use LnPart::{Beta, Gamma};
+        check_shape(&cfg, heads)?;
+        shared.check(&plan(&cfg, heads)).map_err(|_| {
+            Error::misuse(
+                "the shared tensors do not fit the model's plan \
+                 (SharedTensors::check names the tensor)",
+            )
+        })?;
         let mut take = |t: BertTensor| shared.take(&t.name());
         let (d, inner, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
         let emb_table = take(T::Embeddings)?;
@@ -521,7 +594,7 @@ impl SharedBert {
             None
         };
         Ok(SharedBert {
-            cfg: cfg.clone(),
+            cfg,
             heads,
             emb_table,
             position,
@@ -540,6 +613,59 @@ impl SharedBert {
     /// The public head shape.
     pub fn heads(&self) -> BertHeads {
         self.heads
+    }
+
+    /// This party's shares of every tensor, named and ordered as [`plan`] lists them:
+    /// what a share store saves ([`crate::store::write`]) and [`SharedBert::from_tensors`]
+    /// takes back.
+    ///
+    /// # Errors
+    /// `Bug` if the model lacks a tensor of its plan (it was checked when built).
+    pub fn tensors(&self) -> Result<Vec<(String, &Shares)>, Error> {
+        tensors(&self.cfg, self.heads)
+            .into_iter()
+            .map(|(t, _)| {
+                let shares = self
+                    .tensor(t)
+                    .ok_or(Error::bug("a BERT model lacks a tensor of its plan"))?;
+                Ok((t.name(), shares))
+            })
+            .collect()
+    }
+
+    /// Tensor `t`, if the model has it.
+    fn tensor(&self, t: BertTensor) -> Option<&Shares> {
+        fn ln(n: &Norm, p: LnPart) -> Option<&Shares> {
+            match p {
+                LnPart::Gamma => n.weight(),
+                LnPart::Beta => n.bias(),
+            }
+        }
+        fn lin(l: &Linear, p: LinPart) -> Option<&Shares> {
+            match p {
+                LinPart::Weight => Some(l.weight()),
+                LinPart::Bias => l.bias(),
+            }
+        }
+        match t {
+            BertTensor::Embeddings => Some(&self.emb_table),
+            BertTensor::Positions => Some(&self.position),
+            BertTensor::EmbLn(p) => ln(&self.emb_ln, p),
+            BertTensor::QkvWeight(l) => Some(self.layers.get(l)?.qkv.weight()),
+            BertTensor::QkvBias(l) => self.layers.get(l)?.qkv.bias(),
+            BertTensor::Layer(l, part) => {
+                let layer = self.layers.get(l)?;
+                match part {
+                    LayerPart::AttnOut(p) => lin(&layer.attn_out, p),
+                    LayerPart::AttnLn(p) => ln(&layer.attn_ln, p),
+                    LayerPart::Inter(p) => lin(&layer.inter, p),
+                    LayerPart::Out(p) => lin(&layer.out, p),
+                    LayerPart::OutLn(p) => ln(&layer.out_ln, p),
+                }
+            }
+            BertTensor::Pooler(p) => lin(self.pooler.as_ref()?, p),
+            BertTensor::Classifier(p) => lin(self.classifier.as_ref()?, p),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::embedding::{embed, share_one_hot};
 use super::generate::{Observer, Progress};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
-use super::plan::{TensorPlan, share_plan_observed};
+use super::plan::{SharedTensors, TensorPlan, share_plan_observed};
 use super::range::{ActivationPeaks, decoder_range_violation};
 use super::settings::SecureSettings;
 use crate::InputError;
@@ -239,6 +239,19 @@ impl DecoderSpec {
         Ok(self.parameters()?.div_ceil(super::SHARE_CHUNK_WORDS).max(1))
     }
 
+    /// The names and lengths of [`DecoderSpec::tensors`]: what [`SharedDecoder::share`]
+    /// shares and [`SharedDecoder::from_tensors`] takes.
+    ///
+    /// # Errors
+    /// As [`DecoderSpec::tensors`].
+    pub fn plan(&self) -> Result<TensorPlan, Error> {
+        let mut plan = TensorPlan::new();
+        for (t, n) in self.tensors()? {
+            plan.push(t.name(), n);
+        }
+        Ok(plan)
+    }
+
     /// Every shared tensor with its length, in sharing order.
     ///
     /// # Errors
@@ -437,10 +450,7 @@ impl SharedDecoder {
         let spec = arch.spec()?;
         spec.validate()?;
         let tensors = spec.tensors()?;
-        let mut plan = TensorPlan::new();
-        for (t, n) in &tensors {
-            plan.push(t.name(), *n);
-        }
+        let plan = spec.plan()?;
         let fx = ctx.fixed();
         let weights = match weights {
             Some(w) if ctx.me() == owner => {
@@ -462,7 +472,28 @@ impl SharedDecoder {
             tensors: tensors.iter(),
             fx,
         });
-        let mut shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+        let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+        Self::from_tensors(spec, shared)
+    }
+
+    /// A decoder of shape `spec` built from one party's shares of its tensors (named as
+    /// [`DecoderSpec::plan`] names them): from [`SharedDecoder::share`], a share store
+    /// ([`crate::store`]) or an outside dealer.
+    ///
+    /// # Errors
+    /// `Misuse` for an invalid spec or tensors that do not fit its plan (callers that want
+    /// the tensor named check with [`SharedTensors::check`] first).
+    pub fn from_tensors(
+        spec: DecoderSpec,
+        mut shared: SharedTensors,
+    ) -> Result<SharedDecoder, Error> {
+        spec.validate()?;
+        shared.check(&spec.plan()?).map_err(|_| {
+            Error::misuse(
+                "the shared tensors do not fit the decoder's plan \
+                 (SharedTensors::check names the tensor)",
+            )
+        })?;
         let (d, h) = (spec.d, spec.heads);
         let qkv_width = h.q_width() + 2 * h.kv_width();
         let mlp_in = if spec.gated {
@@ -552,6 +583,55 @@ impl SharedDecoder {
     /// The party whose shares these are.
     pub fn party(&self) -> PartyId {
         self.embed.party()
+    }
+
+    /// This party's shares of every tensor, named and ordered as [`DecoderSpec::plan`]
+    /// lists them: what a share store saves ([`crate::store::write`]) and
+    /// [`SharedDecoder::from_tensors`] takes back.
+    ///
+    /// # Errors
+    /// `Misuse` if the spec's sizes overflow (they were validated when the model was
+    /// built, so only a bug gets here).
+    pub fn tensors(&self) -> Result<Vec<(String, &Shares)>, Error> {
+        self.spec
+            .tensors()?
+            .into_iter()
+            .map(|(t, _)| {
+                let shares = self
+                    .tensor(t)
+                    .ok_or(Error::bug("a decoder lacks a tensor of its spec"))?;
+                Ok((t.name(), shares))
+            })
+            .collect()
+    }
+
+    /// Tensor `t`, if the model has it.
+    fn tensor(&self, t: DecoderTensor) -> Option<&Shares> {
+        use BlockTensor as B;
+        match t {
+            DecoderTensor::Embed => Some(&self.embed),
+            DecoderTensor::Positions => self.positions.as_ref(),
+            DecoderTensor::Block { layer, part } => {
+                let b = self.blocks.get(layer)?;
+                match part {
+                    B::AttnNormWeight => b.attn_norm.weight(),
+                    B::AttnNormBias => b.attn_norm.bias(),
+                    B::QkvWeight => Some(b.qkv.weight()),
+                    B::QkvBias => b.qkv.bias(),
+                    B::AttnOutWeight => Some(b.attn_out.weight()),
+                    B::AttnOutBias => b.attn_out.bias(),
+                    B::MlpNormWeight => b.mlp_norm.weight(),
+                    B::MlpNormBias => b.mlp_norm.bias(),
+                    B::MlpInWeight => Some(b.mlp_in.weight()),
+                    B::MlpInBias => b.mlp_in.bias(),
+                    B::MlpOutWeight => Some(b.mlp_out.weight()),
+                    B::MlpOutBias => b.mlp_out.bias(),
+                }
+            }
+            DecoderTensor::FinalNormWeight => self.final_norm.weight(),
+            DecoderTensor::FinalNormBias => self.final_norm.bias(),
+            DecoderTensor::LmHead => self.head.as_ref(),
+        }
     }
 
     pub(super) fn head(&self) -> &Shares {

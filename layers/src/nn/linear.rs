@@ -34,6 +34,16 @@ impl Linear {
         Ok(Linear { w, b, k, n })
     }
 
+    /// The weight's shares (`k × n`, input rows).
+    pub fn weight(&self) -> &Shares {
+        &self.w
+    }
+
+    /// The bias's shares (`n`), if any.
+    pub fn bias(&self) -> Option<&Shares> {
+        self.b.as_ref()
+    }
+
     /// `x·W + b` for `rows` input rows (`rows × k`): one fixed-point product (2 rounds, 300
     /// bits per output element over the parties); the bias is added locally.
     ///

@@ -40,8 +40,8 @@ pub use generate::{
 pub use linear::Linear;
 pub use norm::{Norm, NormKind};
 pub use plan::{
-    SHARE_CHUNK_WORDS, ShareObserver, ShareProgress, SharedTensors, TensorPlan, share_plan,
-    share_plan_observed,
+    PlanError, SHARE_CHUNK_WORDS, ShareObserver, ShareProgress, SharedTensors, TensorPlan,
+    share_plan, share_plan_observed,
 };
 pub use range::{
     ActivationPeaks, NORM_SCALE_LIMIT, RangeError, calibration_ids, decoder_range_check,

@@ -56,6 +56,22 @@ impl Norm {
         }
     }
 
+    /// γ's shares, if the layer has them.
+    pub fn weight(&self) -> Option<&Shares> {
+        match self {
+            Norm::LayerNorm { gamma, .. } | Norm::RmsNorm { gamma, .. } => Some(gamma),
+            Norm::LayerNormUnscaled { .. } => None,
+        }
+    }
+
+    /// β's shares, if the layer has them.
+    pub fn bias(&self) -> Option<&Shares> {
+        match self {
+            Norm::LayerNorm { beta, .. } => Some(beta),
+            _ => None,
+        }
+    }
+
     /// Normalises each of the `rows` rows of width `d` of `x`. `residual_bound` is the
     /// public bound on |x| RMSNorm scales by (see
     /// [`SecureSettings::residual_bound`](super::SecureSettings::residual_bound)).

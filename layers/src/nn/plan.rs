@@ -74,7 +74,122 @@ impl std::fmt::Debug for SharedTensors {
     }
 }
 
+/// A bag of named shares that does not fit a model's [`TensorPlan`]: the first tensor at
+/// fault, by name (never a value).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The plan's tensor `name` is not in the bag.
+    #[error("tensor {name} is missing")]
+    Missing {
+        /// The tensor.
+        name: String,
+    },
+    /// The bag holds tensor `name`, which the plan lacks.
+    #[error("tensor {name} is not part of the model")]
+    Unexpected {
+        /// The tensor.
+        name: String,
+    },
+    /// Tensor `name` was given twice.
+    #[error("tensor {name} is given twice")]
+    Duplicate {
+        /// The tensor.
+        name: String,
+    },
+    /// Tensor `name` has another length than planned.
+    #[error("tensor {name} has {found} elements where the model has {expected}")]
+    Length {
+        /// The tensor.
+        name: String,
+        /// Its length in the plan.
+        expected: usize,
+        /// Its length in the bag.
+        found: usize,
+    },
+    /// Tensor `name` holds another party's shares than the bag's first tensor.
+    #[error("tensor {name} holds the shares of {found}, the others those of {expected}")]
+    Party {
+        /// The tensor.
+        name: String,
+        /// The party of the other tensors.
+        expected: PartyId,
+        /// Its party.
+        found: PartyId,
+    },
+}
+
 impl SharedTensors {
+    /// The bag of `tensors` (name and shares), checked against `plan`
+    /// ([`SharedTensors::check`]); for shares that did not come from [`share_plan`], such
+    /// as a share store's or an outside dealer's.
+    ///
+    /// # Errors
+    /// [`PlanError::Duplicate`] for a name given twice, else as [`SharedTensors::check`].
+    pub fn from_named<I>(plan: &TensorPlan, tensors: I) -> Result<SharedTensors, PlanError>
+    where
+        I: IntoIterator<Item = (String, Shares)>,
+    {
+        let mut by_name = HashMap::new();
+        for (name, shares) in tensors {
+            if by_name.contains_key(&name) {
+                return Err(PlanError::Duplicate { name });
+            }
+            by_name.insert(name, shares);
+        }
+        let bag = SharedTensors { by_name };
+        bag.check(plan)?;
+        Ok(bag)
+    }
+
+    /// Whether the bag holds exactly the tensors of `plan`: every planned name once, with
+    /// its planned length, nothing else, and all of one party's shares.
+    ///
+    /// # Errors
+    /// The first [`PlanError`]: missing, mislengthed or of another party in plan order,
+    /// then the alphabetically first name the plan lacks.
+    pub fn check(&self, plan: &TensorPlan) -> Result<(), PlanError> {
+        let mut party = None;
+        for (name, expected) in &plan.tensors {
+            let shares = self
+                .by_name
+                .get(name)
+                .ok_or_else(|| PlanError::Missing { name: name.clone() })?;
+            if shares.len() != *expected {
+                return Err(PlanError::Length {
+                    name: name.clone(),
+                    expected: *expected,
+                    found: shares.len(),
+                });
+            }
+            let first = *party.get_or_insert(shares.party());
+            if shares.party() != first {
+                return Err(PlanError::Party {
+                    name: name.clone(),
+                    expected: first,
+                    found: shares.party(),
+                });
+            }
+        }
+        if self.by_name.len() != plan.tensors.len() {
+            let planned: std::collections::HashSet<&str> =
+                plan.tensors.iter().map(|(n, _)| n.as_str()).collect();
+            let extra = self
+                .by_name
+                .keys()
+                .filter(|n| !planned.contains(n.as_str()))
+                .min();
+            return Err(match extra {
+                Some(name) => PlanError::Unexpected { name: name.clone() },
+                // Fewer names than planned would have been missing above; equal sets have
+                // equal sizes: only a plan that names a tensor twice gets here.
+                None => PlanError::Duplicate {
+                    name: duplicate(plan).unwrap_or_default(),
+                },
+            });
+        }
+        Ok(())
+    }
+
     /// Removes and returns tensor `name`.
     ///
     /// # Errors
@@ -177,4 +292,13 @@ where
             .zip(shares)
             .collect(),
     })
+}
+
+/// The first name `plan` lists twice.
+fn duplicate(plan: &TensorPlan) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    plan.tensors
+        .iter()
+        .find(|(n, _)| !seen.insert(n.as_str()))
+        .map(|(n, _)| n.clone())
 }
