@@ -6,16 +6,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use std::path::Path;
+
 use puma_core::dealing::{Dealt, Span};
-use puma_core::{Config, PartyId, Session};
+use puma_core::{Config, FixedPoint, PartyId, Session};
 use puma_layers::nn::{
-    ClientAt, Decoding, Deliver, Generation, SecureSettings, SharedDecoder, generate_batch,
+    ClientAt, DecoderSpec, Decoding, Deliver, Generation, SecureSettings, SharedDecoder,
+    generate_batch,
 };
+use puma_layers::store::{self, Expect, ModelHash, StoreError, StoreHeader};
 use puma_transports::mux::Mux;
 use puma_transports::{TransportError, drive};
 use rand_core::{OsRng, TryRngCore};
 
 use crate::admission::{Admission, Refused};
+
+/// The architecture name of a decoder's share store: its config is the serialised
+/// [`DecoderSpec`], whatever the checkpoint's own config format (GPT-2's `config.json`,
+/// LLaMA's GGUF metadata).
+pub const DECODER_ARCH: &str = "decoder";
 
 /// Limits of a server.
 #[derive(Clone, Debug)]
@@ -91,6 +100,18 @@ pub enum ServeError {
     /// This server has no OS randomness.
     #[error("no OS randomness: {0}")]
     Entropy(String),
+    /// A share store could not be written or read, or was refused (names the file and
+    /// the reason: another party, another model, corrupt, ...).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store that reads but does not hold a decoder this server can run.
+    #[error("{path}: {reason}")]
+    NotADecoder {
+        /// The store.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The session failed (a peer, a timeout, a protocol error); names the cause.
     #[error("the session failed: {0}")]
     Session(#[from] TransportError),
@@ -170,6 +191,77 @@ impl Server {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_owned(), Arc::new(model));
         Ok(())
+    }
+
+    /// Saves model `name`'s shares to a share store at `path` (mode 0600, replaced
+    /// atomically), with the owner's content hash `model_hash`, so that this server can
+    /// restart without the owner ([`Server::load_store`]).
+    ///
+    /// # Errors
+    /// [`ServeError::UnknownModel`]; [`ServeError::Store`] if writing fails.
+    pub fn save_model(
+        &self,
+        name: &str,
+        path: &Path,
+        model_hash: ModelHash,
+    ) -> Result<(), ServeError> {
+        let model = self
+            .models
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServeError::UnknownModel(name.to_owned()))?;
+        let not_decoder = |reason: String| ServeError::NotADecoder {
+            path: path.display().to_string(),
+            reason,
+        };
+        let config_json =
+            serde_json::to_string(model.spec()).map_err(|e| not_decoder(e.to_string()))?;
+        let header = StoreHeader {
+            party: self.me(),
+            frac_bits: FixedPoint::default().frac_bits(),
+            arch: DECODER_ARCH.into(),
+            config_json,
+            model_hash,
+        };
+        let tensors = model.tensors().map_err(|e| not_decoder(e.to_string()))?;
+        store::write(path, &header, &tensors)?;
+        Ok(())
+    }
+
+    /// Loads model `name` from this server's share store at `path`, refusing a store of
+    /// another party, another fixed-point format, not of a decoder, or (with
+    /// `model_hash`) of another model. Returns the store's header.
+    ///
+    /// # Errors
+    /// [`ServeError::Store`] naming the file and the reason; [`ServeError::NotADecoder`]
+    /// for a spec that does not parse or tensors that do not fit it.
+    pub fn load_store(
+        &self,
+        name: &str,
+        path: &Path,
+        model_hash: Option<ModelHash>,
+    ) -> Result<StoreHeader, ServeError> {
+        let mut expect = Expect::party(self.me(), FixedPoint::default()).arch(DECODER_ARCH);
+        if let Some(h) = model_hash {
+            expect = expect.model(h);
+        }
+        let (header, tensors) = store::read(path, &expect)?;
+        let not_decoder = |reason: String| ServeError::NotADecoder {
+            path: path.display().to_string(),
+            reason,
+        };
+        let spec: DecoderSpec =
+            serde_json::from_str(&header.config_json).map_err(|e| not_decoder(e.to_string()))?;
+        let plan = spec.plan().map_err(|e| not_decoder(e.to_string()))?;
+        tensors
+            .check(&plan)
+            .map_err(|e| not_decoder(e.to_string()))?;
+        let model =
+            SharedDecoder::from_tensors(spec, tensors).map_err(|e| not_decoder(e.to_string()))?;
+        self.add_model(name, model)?;
+        Ok(header)
     }
 
     /// Runs one request to its end: waits for a slot, then generates on shares with the

@@ -12,6 +12,7 @@ use puma_core::{Config, PartyId};
 use puma_layers::gpt2::weights::load_gpt2;
 use puma_layers::nn::client::{OutsideTokens, deal_prompts};
 use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
+use puma_layers::store::{ModelHash, StoreError};
 use puma_serve::{GenerateRequest, ServeError, ServeOptions, Server};
 use puma_transports::loopback::{LocalNet, Network};
 use puma_transports::mem;
@@ -47,8 +48,8 @@ fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect()
 }
 
-/// Three servers with the model shared once by its owner (here in-process).
-fn servers(opts: ServeOptions) -> ([Arc<Server>; 3], usize) {
+/// Each party's shares of the model, as its owner shares it once (here in-process).
+fn share_model() -> (Vec<SharedDecoder>, usize) {
     let (cfg, w) = load_gpt2(Path::new(SHAKESPEARE)).unwrap();
     let vocab = cfg.vocab_size;
     let model = Arc::new((cfg, w));
@@ -61,6 +62,11 @@ fn servers(opts: ServeOptions) -> ([Arc<Server>; 3], usize) {
     })
     .into_results()
     .unwrap();
+    (shared.into(), vocab)
+}
+
+/// Three servers connected to each other on 127.0.0.1, without models.
+fn connect(opts: &ServeOptions) -> [Arc<Server>; 3] {
     let mut net = LocalNet::new(Network::Tcp).unwrap();
     let parties = PartyId::ALL.map(|p| net.party(p));
     let muxes: Vec<_> = thread::scope(|s| {
@@ -72,14 +78,19 @@ fn servers(opts: ServeOptions) -> ([Arc<Server>; 3], usize) {
     });
     let servers: Vec<Arc<Server>> = muxes
         .into_iter()
-        .zip(shared)
-        .map(|(mux, m)| {
-            let s = Server::new(mux, opts.clone());
-            s.add_model(MODEL, m).unwrap();
-            Arc::new(s)
-        })
+        .map(|mux| Arc::new(Server::new(mux, opts.clone())))
         .collect();
-    (servers.try_into().unwrap(), vocab)
+    servers.try_into().unwrap()
+}
+
+/// Three servers with the model shared once by its owner.
+fn servers(opts: ServeOptions) -> ([Arc<Server>; 3], usize) {
+    let (shared, vocab) = share_model();
+    let servers = connect(&opts);
+    for (s, m) in servers.iter().zip(shared) {
+        s.add_model(MODEL, m).unwrap();
+    }
+    (servers, vocab)
 }
 
 /// One delivery as the client receives it from one server: what, and the two components.
@@ -238,4 +249,49 @@ fn bad_requests_are_refused_before_any_peer_is_involved() {
         .unwrap_err();
     assert!(matches!(err, ServeError::BadRequest(_)), "{err}");
     assert_eq!(servers[1].status().served, 0);
+}
+
+#[test]
+fn servers_restart_from_their_share_stores_without_the_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: usize| dir.path().join(format!("shakespeare.p{p}.store"));
+    // The owner's content hash of the model, as it announces it with the upload.
+    let hash = ModelHash([0x5a; 32]);
+    let vocab = {
+        let (servers, vocab) = servers(ServeOptions::default());
+        for (p, s) in servers.iter().enumerate() {
+            s.save_model(MODEL, &path(p), hash).unwrap();
+        }
+        vocab
+        // The servers (and the owner's process state) are gone here.
+    };
+    let servers = connect(&ServeOptions::default());
+    // A store of another party, or of another model, is refused naming the file.
+    let err = servers[0].load_store(MODEL, &path(1), None).unwrap_err();
+    assert!(
+        matches!(err, ServeError::Store(StoreError::Party { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("p1.store"), "{err}");
+    let err = servers[0]
+        .load_store(MODEL, &path(0), Some(ModelHash([1; 32])))
+        .unwrap_err();
+    assert!(
+        matches!(err, ServeError::Store(StoreError::Model { .. })),
+        "{err}"
+    );
+    for (p, s) in servers.iter().enumerate() {
+        let header = s.load_store(MODEL, &path(p), Some(hash)).unwrap();
+        assert_eq!(header.model_hash, hash);
+    }
+    let (prompt, want) = &fixture_prompts()[2];
+    let got = request(
+        &servers,
+        vocab,
+        77,
+        std::slice::from_ref(prompt),
+        &Decoding::new(8, OutputMode::SecureArgmax),
+    )
+    .unwrap();
+    assert_eq!(got, [want[..8].to_vec()]);
 }

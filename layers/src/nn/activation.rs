@@ -7,12 +7,20 @@ use super::cost::LayerKind;
 use super::settings::{GeluApprox, SecureSettings, SiluApprox};
 
 /// The activation a model's MLP applies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     /// GeLU in its erf form or its tanh form.
-    Gelu(GeluForm),
+    Gelu(#[serde(with = "GeluFormName")] GeluForm),
     /// SiLU (x·σ(x)).
     Silu,
+}
+
+/// How [`GeluForm`] (a core type, without serde) is written in a serialised spec.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(remote = "GeluForm")]
+enum GeluFormName {
+    Erf,
+    Tanh,
 }
 
 impl Activation {

@@ -14,7 +14,7 @@ use puma_core::{Ctx, Error, Shares, proto};
 use super::cost::{LayerCosts, LayerKind};
 
 /// The public head layout of an attention layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Heads {
     /// Query heads.
     pub q: usize,

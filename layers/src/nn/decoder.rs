@@ -23,7 +23,7 @@ use crate::InputError;
 use crate::limits::{self, LimitError};
 
 /// How positions enter the model.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Positions {
     /// A learned table of `max_positions × d` added to the token embeddings (GPT-2).
     Learned,
@@ -35,7 +35,9 @@ pub enum Positions {
 }
 
 /// The public shape of a decoder; every party derives the same from the public config.
-#[derive(Clone, Debug, PartialEq)]
+/// It serialises (serde) so that a share store can carry it whatever the checkpoint's
+/// own config format was.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DecoderSpec {
     /// Vocabulary size.
     pub vocab: usize,

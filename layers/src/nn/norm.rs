@@ -102,7 +102,7 @@ impl Norm {
 }
 
 /// The public kind of a norm layer, from which its shared tensors and [`Norm`] follow.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum NormKind {
     /// LayerNorm with γ and β.
     LayerNorm {
