@@ -648,16 +648,7 @@ pub fn read(path: &Path, expect: &Expect) -> Result<(StoreHeader, SharedTensors)
             Ok(words)
         };
         let (mut a, mut b) = (component()?, component()?);
-        let found: [u8; 32] = std::mem::take(&mut input.sha).finalize().into();
-        let mut stored = [0u8; 32];
-        input.fill(&mut stored)?;
-        if found != stored {
-            return Err(StoreError::Corrupt {
-                path: at(),
-                section: Section::Tensor(name.clone()),
-            });
-        }
-        digest = stored;
+        digest = input.check_digest(Section::Tensor(name.clone()))?;
         // Both components have `len` words: this cannot fail.
         let shares = Shares::from_components(
             header.party,
@@ -752,15 +743,7 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
         limits::check_parameters(len).map_err(|source| StoreError::Limit { path: at(), source })?;
         raw_table.push((name, len.unwrap_or(usize::MAX)));
     }
-    let found: [u8; 32] = std::mem::take(&mut input.sha).finalize().into();
-    let mut stored = [0u8; 32];
-    input.fill(&mut stored)?;
-    if found != stored {
-        return Err(StoreError::Corrupt {
-            path: at(),
-            section: Section::Header,
-        });
-    }
+    let stored = input.check_digest(Section::Header)?;
     let malformed = |reason| StoreError::Malformed { path: at(), reason };
     let utf8 = |bytes: Vec<u8>, reason| String::from_utf8(bytes).map_err(|_| malformed(reason));
     let header = StoreHeader {
@@ -802,6 +785,21 @@ struct HashingReader<'p> {
 }
 
 impl HashingReader<'_> {
+    /// Reads the digest stored after a section and checks it against the digest of the
+    /// bytes read since the last one (which the caller seeded with it); returns it.
+    fn check_digest(&mut self, section: Section) -> Result<[u8; 32], StoreError> {
+        let found: [u8; 32] = std::mem::take(&mut self.sha).finalize().into();
+        let mut stored = [0u8; 32];
+        self.fill(&mut stored)?;
+        if found != stored {
+            return Err(StoreError::Corrupt {
+                path: self.path.to_path_buf(),
+                section,
+            });
+        }
+        Ok(stored)
+    }
+
     /// Reads `buf` whole (the end of the file is [`StoreError::Truncated`]) and hashes it.
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), StoreError> {
         self.inner.read_exact(buf).map_err(|source| {
