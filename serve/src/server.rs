@@ -10,6 +10,7 @@ use std::path::Path;
 
 use puma_core::dealing::{Dealt, Span};
 use puma_core::{Config, FixedPoint, PartyId, Session};
+use puma_layers::nn::upload::spec_json;
 use puma_layers::nn::{
     ClientAt, DecoderSpec, Decoding, Deliver, Generation, SecureSettings, SharedDecoder,
     generate_batch,
@@ -216,8 +217,7 @@ impl Server {
             path: path.display().to_string(),
             reason,
         };
-        let config_json =
-            serde_json::to_string(model.spec()).map_err(|e| not_decoder(e.to_string()))?;
+        let config_json = spec_json(model.spec()).map_err(|e| not_decoder(e.to_string()))?;
         let header = StoreHeader {
             party: self.me(),
             frac_bits: FixedPoint::default().frac_bits(),

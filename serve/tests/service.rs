@@ -8,9 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use puma_core::dealing;
-use puma_core::{Config, PartyId};
+use puma_core::dealing::Component;
+use puma_core::{Config, FixedPoint, PartyId};
 use puma_layers::gpt2::weights::load_gpt2;
 use puma_layers::nn::client::{OutsideTokens, deal_prompts};
+use puma_layers::nn::upload::{DealtTensor, assemble_decoder, deal_decoder};
 use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
 use puma_layers::store::{ModelHash, StoreError};
 use puma_serve::{GenerateRequest, ServeError, ServeOptions, Server};
@@ -294,4 +296,66 @@ fn servers_restart_from_their_share_stores_without_the_owner() {
     )
     .unwrap();
     assert_eq!(got, [want[..8].to_vec()]);
+}
+
+#[test]
+fn an_owner_deals_its_checkpoint_once_and_the_servers_serve_it() {
+    let (cfg, w) = load_gpt2(Path::new(SHAKESPEARE)).unwrap();
+    let vocab = cfg.vocab_size;
+    let fx = FixedPoint::default();
+    let mut parts: [Vec<DealtTensor>; 3] = Default::default();
+    let (spec, hash) = deal_decoder(&cfg, &w, fx, &[[3; 32], [4; 32]], |three| {
+        for (p, t) in three.into_iter().enumerate() {
+            parts[p].push(t);
+        }
+        Ok(())
+    })
+    .unwrap();
+    // The hash is the model's, whatever the seeds.
+    let (_, again) = deal_decoder(&cfg, &w, fx, &[[9; 32], [8; 32]], |_| Ok(())).unwrap();
+    assert_eq!(hash, again);
+    // P0 receives seeds only; P1 and P2 one correction vector each, of every parameter.
+    let values = |p: usize| -> usize {
+        parts[p]
+            .iter()
+            .map(|t| {
+                [&t.dealt.first, &t.dealt.second]
+                    .iter()
+                    .map(|c| match c {
+                        Component::Values(v) => v.len(),
+                        Component::Seed(_) => 0,
+                    })
+                    .sum::<usize>()
+            })
+            .sum()
+    };
+    let params = spec.parameters().unwrap();
+    assert_eq!([values(0), values(1), values(2)], [0, params, params]);
+    drop(w); // the owner is gone
+    let servers = connect(&ServeOptions::default());
+    // Parts dealt to P1 do not make a model at P0.
+    let [t0, t1, t2] = parts;
+    assert!(assemble_decoder(PartyId::P0, spec.clone(), t1.iter().map(copy)).is_err());
+    for ((s, t), p) in servers.iter().zip([t0, t1, t2]).zip(PartyId::ALL) {
+        s.add_model(MODEL, assemble_decoder(p, spec.clone(), t).unwrap())
+            .unwrap();
+    }
+    let (prompt, want) = &fixture_prompts()[1];
+    let got = request(
+        &servers,
+        vocab,
+        91,
+        std::slice::from_ref(prompt),
+        &Decoding::new(8, OutputMode::SecureArgmax),
+    )
+    .unwrap();
+    assert_eq!(got, [want[..8].to_vec()]);
+}
+
+fn copy(t: &DealtTensor) -> DealtTensor {
+    DealtTensor {
+        name: t.name.clone(),
+        len: t.len,
+        dealt: t.dealt.clone(),
+    }
 }
