@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use puma_core::dealing;
-use puma_core::sim::Sim;
+use puma_core::sim::{Outcome, Sim};
 use puma_core::{PartyId, Shares};
 use puma_layers::Gpt2Config;
 use puma_layers::gpt2::weights::{Gpt2Weights, load_gpt2};
@@ -30,18 +30,18 @@ fn model() -> Arc<(Gpt2Config, Gpt2Weights)> {
 
 type Deliveries = Arc<Mutex<Vec<(Delivered, Vec<u64>, Vec<u64>)>>>;
 
-/// The parties' generations with the client at `P0` (as today), for reference.
-fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
-    let (model, decoding) = (model(), Arc::new(decoding.clone()));
-    let prompts: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
-    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
-    let out = Sim::new(3).run(move |me| {
-        let (model, decoding, prompts, lens) = (
-            model.clone(),
-            decoding.clone(),
-            prompts.clone(),
-            lens.clone(),
-        );
+/// Every party's generations of `lens`-long prompts under `decoding`: the owner `P1`
+/// shares the model, and `client_of(p)` says where the client is for party `p` and which
+/// prompts `p` passes.
+fn run_parties(
+    decoding: &Decoding,
+    lens: &[usize],
+    mut client_of: impl FnMut(PartyId) -> (ClientAt, Option<Vec<Vec<u32>>>),
+) -> Outcome<Vec<Generation>> {
+    let (model, decoding, lens) = (model(), Arc::new(decoding.clone()), lens.to_vec());
+    Sim::new(3).run(move |me| {
+        let (model, decoding, lens) = (model.clone(), decoding.clone(), lens.clone());
+        let (client, prompts) = client_of(me);
         move |mut ctx| async move {
             let (cfg, w) = &*model;
             let m =
@@ -50,8 +50,8 @@ fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
             generate_batch(
                 &mut ctx,
                 &m,
-                PartyId::P0,
-                (me == PartyId::P0).then_some(&prompts[..]),
+                client,
+                prompts.as_deref(),
                 &lens,
                 &decoding,
                 &SecureSettings::default(),
@@ -60,6 +60,24 @@ fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
             )
             .await
         }
+    })
+}
+
+fn prompts() -> Vec<Vec<u32>> {
+    PROMPTS.iter().map(|p| p.to_vec()).collect()
+}
+
+fn lens() -> Vec<usize> {
+    PROMPTS.iter().map(|p| p.len()).collect()
+}
+
+/// The parties' generations with the client at `P0` (as today), for reference.
+fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
+    let out = run_parties(decoding, &lens(), |me| {
+        (
+            ClientAt::Party(PartyId::P0),
+            (me == PartyId::P0).then(prompts),
+        )
     });
     let [client, _, _] = out.into_results().unwrap();
     client
@@ -67,55 +85,34 @@ fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
 
 /// Runs the parties with an outside client: returns what each party delivered, and the
 /// parties' own generations.
-fn with_outside_client(decoding: &Decoding) -> ([Deliveries; 3], [Vec<Generation>; 3], u32) {
-    let (model, decoding) = (model(), Arc::new(decoding.clone()));
-    let prompts: Vec<Vec<u32>> = PROMPTS.iter().map(|p| p.to_vec()).collect();
-    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
-    let vocab = model.0.vocab_size;
-    let dealt = deal_prompts(&prompts, vocab, &[[7; 32], [9; 32]], 0).unwrap();
-    let total: usize = lens.iter().sum();
+fn with_outside_client(decoding: &Decoding) -> ([Deliveries; 3], [Vec<Generation>; 3]) {
+    let vocab = model().0.vocab_size;
+    let dealt = deal_prompts(&prompts(), vocab, &[[7; 32], [9; 32]], 0).unwrap();
+    let total: usize = lens().iter().sum();
     let delivered: [Deliveries; 3] = Default::default();
-    let hot: Vec<Shares> = dealt
+    let mut hot: Vec<Option<Shares>> = dealt
         .into_iter()
         .zip(PartyId::ALL)
         .map(|(d, p)| {
-            d.into_shares(p, total * vocab, dealing::Span::whole(0))
-                .unwrap()
+            Some(
+                d.into_shares(p, total * vocab, dealing::Span::whole(0))
+                    .unwrap(),
+            )
         })
         .collect();
     let sinks = delivered.clone();
-    let out = Sim::new(3).run(move |me| {
-        let (model, decoding, lens) = (model.clone(), decoding.clone(), lens.clone());
-        let prompt_hot = hot[me.index()].clone();
+    let out = run_parties(decoding, &lens(), |me| {
         let sink = sinks[me.index()].clone();
-        move |mut ctx| async move {
-            let (cfg, w) = &*model;
-            let m =
-                SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
-                    .await?;
-            let client = ClientAt::Outside {
-                prompt_hot,
-                deliver: Arc::new(move |d: Delivery| {
-                    let (a, b) = d.shares.components();
-                    sink.lock().unwrap().push((d.what, a.to_vec(), b.to_vec()));
-                }),
-            };
-            generate_batch(
-                &mut ctx,
-                &m,
-                client,
-                None,
-                &lens,
-                &decoding,
-                &SecureSettings::default(),
-                None,
-                None,
-            )
-            .await
-        }
+        let client = ClientAt::Outside {
+            prompt_hot: hot[me.index()].take().unwrap(),
+            deliver: Arc::new(move |d: Delivery| {
+                let (a, b) = d.shares.components();
+                sink.lock().unwrap().push((d.what, a.to_vec(), b.to_vec()));
+            }),
+        };
+        (client, None)
     });
-    let rounds = out.rounds();
-    (delivered, out.into_results().unwrap(), rounds)
+    (delivered, out.into_results().unwrap())
 }
 
 /// What the client reconstructs from the three parties' deliveries.
@@ -157,7 +154,7 @@ fn an_outside_client_gets_the_party_clients_tokens_in_both_modes() {
             .map(|g| g.ids)
             .collect();
         assert_eq!(want[0].len(), 6);
-        let (delivered, gens, _) = with_outside_client(&decoding);
+        let (delivered, gens) = with_outside_client(&decoding);
         let view = client_view(&delivered, &decoding);
         assert_eq!(view.ids(), want, "{mode:?}");
         // No party learned an id.
@@ -188,7 +185,7 @@ fn an_end_of_sequence_id_ends_each_outside_sequence_on_its_own() {
             .map(|g| g.ids)
             .collect();
         assert_eq!(want[0], full[0].ids[..3], "{mode:?}");
-        let (delivered, _, _) = with_outside_client(&decoding);
+        let (delivered, _) = with_outside_client(&decoding);
         assert_eq!(client_view(&delivered, &decoding).ids(), want, "{mode:?}");
     }
 }
@@ -206,36 +203,13 @@ fn rules_an_outside_client_cannot_take_are_refused() {
             ..Decoding::new(3, OutputMode::SecureArgmax)
         },
     ] {
-        let (model, decoding) = (model(), Arc::new(decoding));
-        let out = Sim::new(3).run(move |me| {
-            let (model, decoding) = (model.clone(), decoding.clone());
-            move |mut ctx| async move {
-                let (cfg, _) = &*model;
-                let v = cfg.vocab_size;
-                let m = SharedDecoder::share(
-                    &mut ctx,
-                    PartyId::P1,
-                    cfg,
-                    (me == PartyId::P1).then_some(&model.1),
-                )
-                .await?;
-                let client = ClientAt::Outside {
-                    prompt_hot: Shares::zeros(me, 3 * v),
-                    deliver: Arc::new(|_| {}),
-                };
-                generate_batch(
-                    &mut ctx,
-                    &m,
-                    client,
-                    None,
-                    &[3],
-                    &decoding,
-                    &SecureSettings::default(),
-                    None,
-                    None,
-                )
-                .await
-            }
+        let v = model().0.vocab_size;
+        let out = run_parties(&decoding, &[3], |me| {
+            let client = ClientAt::Outside {
+                prompt_hot: Shares::zeros(me, 3 * v),
+                deliver: Arc::new(|_| {}),
+            };
+            (client, None)
         });
         // Each party refuses on its own (whichever refusal reaches a peer first ends it).
         let refused = out
