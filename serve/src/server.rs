@@ -194,6 +194,16 @@ impl Server {
         Ok(())
     }
 
+    /// Model `name`.
+    fn model(&self, name: &str) -> Result<Arc<SharedDecoder>, ServeError> {
+        self.models
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServeError::UnknownModel(name.to_owned()))
+    }
+
     /// Saves model `name`'s shares to a share store at `path` (mode 0600, replaced
     /// atomically), with the owner's content hash `model_hash`, so that this server can
     /// restart without the owner ([`Server::load_store`]).
@@ -206,13 +216,7 @@ impl Server {
         path: &Path,
         model_hash: ModelHash,
     ) -> Result<(), ServeError> {
-        let model = self
-            .models
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .cloned()
-            .ok_or_else(|| ServeError::UnknownModel(name.to_owned()))?;
+        let model = self.model(name)?;
         let not_decoder = |reason: String| ServeError::NotADecoder {
             path: path.display().to_string(),
             reason,
@@ -276,13 +280,7 @@ impl Server {
         request: GenerateRequest,
         deliver: Deliver,
     ) -> Result<Vec<Generation>, ServeError> {
-        let model = self
-            .models
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&request.model)
-            .cloned()
-            .ok_or_else(|| ServeError::UnknownModel(request.model.clone()))?;
+        let model = self.model(&request.model)?;
         let vocab = model.spec().vocab;
         let rows = request
             .lens
