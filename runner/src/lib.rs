@@ -16,6 +16,7 @@
 //!   process over TCP+TLS or QUIC; see [`party`].
 
 pub mod bert;
+pub mod checkpoint;
 pub mod decoder;
 pub mod decoding_flags;
 pub mod diagnostics;

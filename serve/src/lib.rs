@@ -10,8 +10,20 @@
 //!
 //! - [`server`]: the [`Server`]: its models, requests and status.
 //! - [`admission`]: bounded concurrency with a bounded queue.
+//! - [`cancel`]: ending one request from outside (client gone, deadline).
+//! - [`protocol`]: the messages of clients and owners, and their framing.
+//! - [`config`]: the service's configuration file.
+//! - [`daemon`]: a server as a network service (the `puma-serve` program).
+//! - [`client`]: the thin client and the owner's upload (the `puma-client` program).
+//! - [`events`]: the server's log lines.
 
 pub mod admission;
+pub mod cancel;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod events;
+pub mod protocol;
 pub mod server;
 
 pub use admission::{Admission, Permit};

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use puma_core::dealing::{Dealt, Span};
 use puma_core::{Config, FixedPoint, PartyId, Session};
-use puma_layers::nn::upload::spec_json;
+use puma_layers::nn::upload::{DealtTensor, assemble_decoder, spec_json};
 use puma_layers::nn::{
     ClientAt, DecoderSpec, Decoding, Deliver, Generation, SecureSettings, SharedDecoder,
     generate_batch,
@@ -21,6 +21,8 @@ use puma_transports::{TransportError, drive};
 use rand_core::{OsRng, TryRngCore};
 
 use crate::admission::{Admission, Refused};
+use crate::cancel::{Cancel, Guarded};
+use crate::protocol::ModelInfo;
 
 /// The architecture name of a decoder's share store: its config is the serialised
 /// [`DecoderSpec`], whatever the checkpoint's own config format (GPT-2's `config.json`,
@@ -116,6 +118,12 @@ pub enum ServeError {
     /// The session failed (a peer, a timeout, a protocol error); names the cause.
     #[error("the session failed: {0}")]
     Session(#[from] TransportError),
+    /// The connections to the other servers are down (being re-established).
+    #[error("this server is not connected to {0:?} (reconnecting)")]
+    PeersDown(Vec<PartyId>),
+    /// An owner's upload that does not assemble into a model.
+    #[error("upload refused: {0}")]
+    Upload(String),
 }
 
 /// What a server is doing, for its operator.
@@ -152,7 +160,9 @@ struct Counters {
 /// One computing server.
 #[derive(Debug)]
 pub struct Server {
-    mux: Mux,
+    me: PartyId,
+    /// The connections to the other servers; `None` while they are re-established.
+    peers: RwLock<Option<Arc<Mux>>>,
     models: RwLock<BTreeMap<String, Arc<SharedDecoder>>>,
     admission: Admission,
     opts: ServeOptions,
@@ -162,9 +172,17 @@ pub struct Server {
 impl Server {
     /// A server over its connections to the other two.
     pub fn new(mux: Mux, opts: ServeOptions) -> Server {
+        let server = Server::unconnected(mux.me(), opts);
+        server.connect_peers(mux);
+        server
+    }
+
+    /// Server `me`, not yet connected to the other two ([`Server::connect_peers`]).
+    pub fn unconnected(me: PartyId, opts: ServeOptions) -> Server {
         Server {
+            me,
+            peers: RwLock::new(None),
             admission: Admission::new(opts.max_running, opts.max_queued),
-            mux,
             models: RwLock::default(),
             opts,
             counters: Counters::default(),
@@ -173,7 +191,48 @@ impl Server {
 
     /// This server's party.
     pub fn me(&self) -> PartyId {
-        self.mux.me()
+        self.me
+    }
+
+    /// Serves over `mux`, the (new) connections to the other two servers.
+    pub fn connect_peers(&self, mux: Mux) {
+        *self.peers.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(mux));
+    }
+
+    fn peers(&self) -> Result<Arc<Mux>, ServeError> {
+        self.peers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| ServeError::PeersDown(self.others()))
+    }
+
+    fn others(&self) -> Vec<PartyId> {
+        vec![self.me.next(), self.me.prev()]
+    }
+
+    /// The peers whose connection is down (both while unconnected).
+    pub fn peers_down(&self) -> Vec<PartyId> {
+        match &*self.peers.read().unwrap_or_else(PoisonError::into_inner) {
+            Some(mux) => mux.gone(),
+            None => self.others(),
+        }
+    }
+
+    /// Drops the connections to the other servers if one of them is down and no request
+    /// uses them any more, so that they can be re-established; returns whether the
+    /// server is now unconnected.
+    pub fn release_broken_peers(&self) -> bool {
+        let mut peers = self.peers.write().unwrap_or_else(PoisonError::into_inner);
+        let release = match &*peers {
+            None => return true,
+            // Every running request holds a clone of the Arc.
+            Some(mux) => !mux.gone().is_empty() && Arc::strong_count(mux) == 1,
+        };
+        if release {
+            *peers = None;
+        }
+        release
     }
 
     /// Loads `model` under `name` (replacing a model of that name for later requests).
@@ -192,6 +251,43 @@ impl Server {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_owned(), Arc::new(model));
         Ok(())
+    }
+
+    /// The loaded models' public facts.
+    pub fn model_infos(&self) -> Vec<ModelInfo> {
+        self.models
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(name, m)| ModelInfo {
+                name: name.clone(),
+                vocab: m.spec().vocab,
+                max_positions: m.spec().max_positions,
+            })
+            .collect()
+    }
+
+    /// Assembles an owner's upload (the spec it announced and this server's part of
+    /// every tensor, in plan order), loads it under `name` and saves it to a share store
+    /// at `store` with the owner's content hash.
+    ///
+    /// # Errors
+    /// [`ServeError::Upload`] if the parts do not assemble into the spec's model;
+    /// [`ServeError::Store`] if the store cannot be written.
+    pub fn install_upload(
+        &self,
+        name: &str,
+        spec_json: &str,
+        model_hash: ModelHash,
+        tensors: Vec<DealtTensor>,
+        store: &Path,
+    ) -> Result<(), ServeError> {
+        let spec: DecoderSpec = serde_json::from_str(spec_json)
+            .map_err(|e| ServeError::Upload(format!("the spec does not parse: {e}")))?;
+        let model = assemble_decoder(self.me(), spec, tensors)
+            .map_err(|e| ServeError::Upload(e.to_string()))?;
+        self.add_model(name, model)?;
+        self.save_model(name, store, model_hash)
     }
 
     /// Model `name`.
@@ -279,8 +375,14 @@ impl Server {
         &self,
         request: GenerateRequest,
         deliver: Deliver,
+        cancel: &Cancel,
     ) -> Result<Vec<Generation>, ServeError> {
         let model = self.model(&request.model)?;
+        let peers = self.peers()?;
+        let down = peers.gone();
+        if !down.is_empty() {
+            return Err(ServeError::PeersDown(down));
+        }
         let vocab = model.spec().vocab;
         let rows = request
             .lens
@@ -327,8 +429,8 @@ impl Server {
         let result = session
             .map_err(TransportError::from)
             .and_then(|mut session| {
-                let mut link = self.mux.open(request.session_id)?;
-                let r = drive(&mut session, &mut link, self.opts.peer_timeout);
+                let link = Guarded::new(peers.open(request.session_id)?, cancel);
+                let r = drive(&mut session, link, self.opts.peer_timeout);
                 let stats = session.stats();
                 self.counters
                     .rounds
@@ -365,7 +467,7 @@ impl Server {
             failed: self.counters.failed.load(Ordering::Relaxed),
             rounds: self.counters.rounds.load(Ordering::Relaxed),
             bytes_sent: self.counters.bytes.load(Ordering::Relaxed),
-            peers_gone: self.mux.gone(),
+            peers_gone: self.peers_down(),
         }
     }
 }

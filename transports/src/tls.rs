@@ -344,6 +344,58 @@ pub(crate) fn server_config(
     Ok(cfg)
 }
 
+/// The ALPN protocol id of the service's client connections (distinct from the links
+/// between parties, so that a client dialling a peer port fails at the handshake).
+pub const SERVICE_ALPN: &[u8] = b"puma-serve/1";
+
+/// A server configuration for a service's outside clients and owners: presents `me` and
+/// asks for no client certificate (the client authenticates the server by its pin; who may
+/// connect is the network's and the operator's choice, see SECURITY.md).
+///
+/// # Errors
+/// [`TransportError::Tls`] if the identity's key does not fit its certificate.
+pub fn service_server_config(me: &Identity) -> Result<ServerConfig, TransportError> {
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err(None, e))?
+        .with_no_client_auth()
+        .with_single_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(|e| tls_err(None, e))?;
+    cfg.alpn_protocols = vec![SERVICE_ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// A client configuration for an outside client of server `party`: presents no
+/// certificate and accepts only `pinned`, the server's certificate.
+///
+/// # Errors
+/// [`TransportError::Tls`] if TLS 1.3 is unavailable.
+pub fn service_client_config(
+    party: PartyId,
+    pinned: CertificateDer<'static>,
+) -> Result<ClientConfig, TransportError> {
+    let provider = provider();
+    let verifier = Arc::new(PinnedServer {
+        pinned,
+        algs: provider.signature_verification_algorithms,
+    });
+    let mut cfg = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls_err(Some(party), e))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![SERVICE_ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// The TLS server name a client of a service asks server `party` for (its certificate
+/// is pinned, so the name is not checked).
+pub fn service_server_name(party: PartyId) -> ServerName<'static> {
+    ServerName::try_from(server_name(party))
+        .unwrap_or_else(|_| ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into()))
+}
+
 /// Accepts exactly one server certificate.
 #[derive(Debug)]
 struct PinnedServer {

@@ -6,8 +6,10 @@
 //! cargo run -p puma-examples --bin keygen -- --out parties --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --port 7000
 //! ```
 //!
-//! Writes `p0.cert.pem`, `p0.key.pem`, … and `parties.toml` into the folder. For three
-//! hosts, give each host the file, all three certificates and only its own key.
+//! Writes `p0.cert.pem`, `p0.key.pem`, … and `parties.toml` into the folder; with
+//! `--service`, also the `service.toml` of three `puma-serve` servers (peers on `--port`
+//! + i, clients on `--client-port` + i, store folders `p0-store`, …). For three hosts,
+//! give each host the files, all three certificates and only its own key.
 //! Development only: real parties make their own keys and exchange certificates.
 
 use std::path::PathBuf;
@@ -41,6 +43,12 @@ struct Args {
     /// The session id written to the file.
     #[arg(long, default_value_t = 1)]
     session_id: u64,
+    /// Also write service.toml, for three puma-serve servers.
+    #[arg(long)]
+    service: bool,
+    /// With --service: the first port for clients; server i listens on it + i.
+    #[arg(long, default_value_t = 7100)]
+    client_port: u16,
     /// Overwrite existing files.
     #[arg(long)]
     force: bool,
@@ -58,7 +66,7 @@ fn main() -> ExitCode {
 }
 
 /// The `host:port` each party listens on, checked before anything is written.
-fn addresses(args: &Args) -> Result<Vec<String>, String> {
+fn addresses(args: &Args, first: u16, flag: &str) -> Result<Vec<String>, String> {
     if args.hosts.len() != 3 {
         return Err(format!(
             "--hosts needs three hosts (P0,P1,P2), got {}: {}",
@@ -76,13 +84,11 @@ fn addresses(args: &Args) -> Result<Vec<String>, String> {
         }
         let port = u16::try_from(i)
             .ok()
-            .and_then(|i| args.port.checked_add(i))
+            .and_then(|i| first.checked_add(i))
             .ok_or_else(|| {
                 format!(
-                    "--port {}: the parties need ports {}..{}, beyond 65535 (at most 65533)",
-                    args.port,
-                    args.port,
-                    u32::from(args.port) + 2
+                    "{flag} {first}: the parties need ports {first}..{}, beyond 65535 (at most 65533)",
+                    u32::from(first) + 2
                 )
             })?;
         // A bare IPv6 address needs brackets before the port.
@@ -96,10 +102,16 @@ fn addresses(args: &Args) -> Result<Vec<String>, String> {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let addrs = addresses(args)?;
+    let addrs = addresses(args, args.port, "--port")?;
+    let client_addrs = if args.service {
+        addresses(args, args.client_port, "--client-port")?
+    } else {
+        Vec::new()
+    };
     let names: Vec<PathBuf> = (0..3)
         .flat_map(|i| [format!("p{i}.cert.pem"), format!("p{i}.key.pem")])
         .chain(["parties.toml".to_string()])
+        .chain(args.service.then(|| "service.toml".to_string()))
         .map(|n| args.out.join(n))
         .collect();
     // All or nothing: refuse before writing the first file.
@@ -134,8 +146,28 @@ fn run(args: &Args) -> Result<(), String> {
     }
     std::fs::write(&toml_path, &toml)
         .map_err(|e| format!("cannot write {}: {e}", toml_path.display()))?;
+    if args.service {
+        let mut svc = String::from(
+            "# Three puma-serve servers (development PKI made by keygen).\n\
+             peer_timeout_secs = 30\nmax_running = 4\nmax_queued = 16\nqueue_wait_secs = 60\n\
+             deadline_secs = 600\naccept_uploads = true\n",
+        );
+        for (i, (peer, client)) in addrs.iter().zip(&client_addrs).enumerate() {
+            svc.push_str(&format!(
+                "\n[[server]]\nid = {i}\npeer_addr = \"{peer}\"\nclient_addr = \"{client}\"\n\
+                 cert = \"p{i}.cert.pem\"\nkey = \"p{i}.key.pem\"\nstore = \"p{i}-store\"\n"
+            ));
+        }
+        let path = args.out.join("service.toml");
+        std::fs::write(&path, &svc).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     println!(
-        "wrote p0..p2 certificates, keys (mode 0600) and parties.toml to {}",
+        "wrote p0..p2 certificates, keys (mode 0600) and parties.toml{} to {}",
+        if args.service {
+            " and service.toml"
+        } else {
+            ""
+        },
         args.out.display()
     );
     Ok(())

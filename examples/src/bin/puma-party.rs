@@ -28,6 +28,7 @@ use puma_layers::llama::LlamaConfig;
 use puma_layers::nn::{DecoderArch, Observer, Progress, SecureSettings, decoder_range_check};
 use puma_layers::stopping::eos_ids;
 use puma_layers::{Gpt2Config, Tokenizer, TokenizerSource};
+use puma_runner::checkpoint::{self, ModelKind};
 use puma_runner::decoder::check_prompt;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_runner::party::{
@@ -422,34 +423,13 @@ where
     Ok((out, session.stats()))
 }
 
-/// The architecture of the checkpoint at `path`: LLaMA for a `.gguf` file, else
-/// `model_type` in its `config.json`.
+/// The architecture of the checkpoint at `path` ([`checkpoint::detect`]).
 fn detect_arch(path: &std::path::Path) -> Result<Arch, PartyError> {
-    if path.extension().is_some_and(|e| e == "gguf") {
-        return Ok(Arch::Llama);
-    }
-    let file = if path.is_dir() {
-        path.join("config.json")
-    } else {
-        path.to_path_buf()
-    };
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| PartyError::Model(format!("cannot read {}: {e}", file.display())))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| PartyError::Model(format!("{}: {e}", file.display())))?;
-    match v.get("model_type").and_then(|t| t.as_str()) {
-        Some("gpt2") => Ok(Arch::Gpt2),
-        Some("llama") => Ok(Arch::Llama),
-        Some("bert" | "roberta") => Ok(Arch::Bert),
-        Some(other) => Err(PartyError::Model(format!(
-            "{}: model_type {other:?} is not supported (gpt2, llama, bert, roberta)",
-            file.display()
-        ))),
-        None => Err(PartyError::Model(format!(
-            "{}: no model_type; pass --arch",
-            file.display()
-        ))),
-    }
+    Ok(match checkpoint::detect(path).map_err(PartyError::Model)? {
+        ModelKind::Gpt2 => Arch::Gpt2,
+        ModelKind::Llama => Arch::Llama,
+        ModelKind::Bert => Arch::Bert,
+    })
 }
 
 fn model_err(e: impl std::fmt::Display) -> PartyError {

@@ -1,0 +1,348 @@
+//! A thin client of the secure inference service (three `puma-serve` servers), and the
+//! model owner's upload.
+//!
+//! ```sh
+//! puma-client --config svc/service.toml status
+//! puma-client --config svc/service.toml upload --name shakespeare --model models/gpt2-shakespeare
+//! puma-client --config svc/service.toml generate --model shakespeare \
+//!     --tokenizer models/gpt2-shakespeare --prompt "JULIET:" --max-new-tokens 12
+//! ```
+//!
+//! `generate` tokenizes locally, deals the prompt to the three servers (two seeds and one
+//! correction vector; no server learns it), prints each token as the servers' shares of it
+//! arrive and agree, and stops at the model's end-of-sequence ids (from `--tokenizer`'s
+//! `generation_config.json`, `config.json` or GGUF metadata). `upload` deals a GPT-2 or
+//! LLaMA checkpoint (Hugging Face directory or GGUF file) to the servers, which keep their
+//! parts in their share stores; the owner can then go offline. Exit status: 0 on success,
+//! 1 when a server refuses or fails the request (the message names it), 2 for a bad
+//! command line, configuration, model or prompt.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use puma_layers::Tokenizer;
+use puma_layers::stopping::eos_ids;
+use puma_runner::checkpoint::{self, ModelKind};
+use puma_serve::client::{ClientError, GenerateOptions, ServiceClient};
+use puma_serve::config::ServiceConfig;
+use puma_serve::protocol::{WireMode, WireSampling};
+
+/// A client of the secure inference service, and the owner's upload.
+#[derive(Parser, Debug)]
+#[command(name = "puma-client", version, about)]
+struct Args {
+    /// The service's configuration file (service.toml: the servers' client addresses and
+    /// certificates).
+    #[arg(long)]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Each server's models, requests and counters.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deal a checkpoint to the three servers (the model owner); they store and serve it.
+    Upload {
+        /// The name to serve it under (letters, digits, '-', '_', '.').
+        #[arg(long)]
+        name: String,
+        /// The checkpoint: a Hugging Face directory or a GGUF file.
+        #[arg(long)]
+        model: PathBuf,
+        /// Its architecture (default: from the checkpoint).
+        #[arg(long, value_enum, default_value_t = Arch::Auto)]
+        arch: Arch,
+    },
+    /// Generate text from a prompt on the servers; only this client learns it.
+    Generate(GenerateArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Arch {
+    /// From the checkpoint.
+    Auto,
+    /// GPT-2.
+    Gpt2,
+    /// LLaMA-style decoders.
+    Llama,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Each token as it is produced.
+    SecureArgmax,
+    /// All tokens at the end (the servers learn only when it ends).
+    Private,
+}
+
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    /// The model's name on the servers.
+    #[arg(long)]
+    model: String,
+    /// The checkpoint directory or GGUF file whose tokenizer (and end-of-sequence ids) to
+    /// use; its weights are not read.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// A prompt; repeat for a batch.
+    #[arg(long)]
+    prompt: Vec<String>,
+    /// A prompt as token ids (comma-separated), instead of text.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Vec<u32>,
+    /// The most tokens to generate per prompt.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_new_tokens: u32,
+    /// What this client learns as generation goes.
+    #[arg(long, value_enum, default_value_t = Mode::SecureArgmax)]
+    output_mode: Mode,
+    /// Draw tokens at this temperature instead of the argmax.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// With --temperature: keep the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// With --temperature: keep the most likely tokens up to this mass.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// With --temperature: keep tokens at least this fraction as likely as the best.
+    #[arg(long)]
+    min_p: Option<f64>,
+    /// Generate past the end-of-sequence ids.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// The longest the request may take.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    deadline_secs: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A failure and its exit status.
+struct Failure(u8, String);
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        let code = match e {
+            ClientError::Config(_) | ClientError::Request(_) => 2,
+            _ => 1,
+        };
+        Failure(code, e.to_string())
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> Failure {
+    Failure(2, e.to_string())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(code, msg)) => {
+            eprintln!("puma-client: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), Failure> {
+    let cfg = ServiceConfig::from_file(&args.config).map_err(bad)?;
+    let client = ServiceClient::new(&cfg)?;
+    match &args.command {
+        Command::Status { json } => status(&client, *json),
+        Command::Upload { name, model, arch } => upload(&client, name, model, *arch),
+        Command::Generate(g) => generate(&client, g),
+    }
+}
+
+fn status(client: &ServiceClient, json: bool) -> Result<(), Failure> {
+    let reports = client.status()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).map_err(bad)?);
+        return Ok(());
+    }
+    for r in &reports {
+        let models: Vec<String> = r
+            .models
+            .iter()
+            .map(|m| format!("{} (vocab {})", m.name, m.vocab))
+            .collect();
+        println!(
+            "server {}: models [{}]; running {}, queued {}; served {}, failed {}; \
+             {} rounds, {} bytes sent; peers down {:?}",
+            r.party,
+            models.join(", "),
+            r.running,
+            r.queued,
+            r.served,
+            r.failed,
+            r.rounds,
+            r.bytes_sent,
+            r.peers_down
+        );
+    }
+    Ok(())
+}
+
+fn upload(
+    client: &ServiceClient,
+    name: &str,
+    path: &std::path::Path,
+    arch: Arch,
+) -> Result<(), Failure> {
+    let kind = match arch {
+        Arch::Gpt2 => ModelKind::Gpt2,
+        Arch::Llama => ModelKind::Llama,
+        Arch::Auto => checkpoint::detect(path).map_err(bad)?,
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("dealing {pos}/{len} tensors {wide_bar} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let progress = |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let hash = match kind {
+        ModelKind::Gpt2 => {
+            let m = puma_runner::gpt2::load_model(path).map_err(bad)?;
+            client.upload(name, &m.config, &m.weights, progress)?
+        }
+        ModelKind::Llama => {
+            let m = puma_runner::llama::load_model(path).map_err(bad)?;
+            client.upload(name, &m.config, &m.weights, progress)?
+        }
+        ModelKind::Bert => {
+            return Err(bad(
+                "BERT models are not served yet (decoders only: GPT-2, LLaMA)",
+            ));
+        }
+    };
+    bar.finish_and_clear();
+    println!("uploaded {name}: model hash {hash}");
+    Ok(())
+}
+
+fn generate(client: &ServiceClient, g: &GenerateArgs) -> Result<(), Failure> {
+    let tok: Option<Tokenizer> = match &g.tokenizer {
+        Some(p) => {
+            let kind = checkpoint::detect(p).map_err(bad)?;
+            Some(checkpoint::tokenizer(p, kind).map_err(bad)?)
+        }
+        None => None,
+    };
+    let mut prompts: Vec<Vec<u32>> = Vec::new();
+    for text in &g.prompt {
+        let t = tok
+            .as_ref()
+            .ok_or_else(|| bad("--prompt needs --tokenizer (or pass --prompt-ids)"))?;
+        let ids = t.encode(text).map_err(bad)?;
+        if ids.is_empty() {
+            return Err(bad(format!("the prompt {text:?} has no tokens")));
+        }
+        prompts.push(ids);
+    }
+    if !g.prompt_ids.is_empty() {
+        prompts.push(g.prompt_ids.clone());
+    }
+    if prompts.is_empty() {
+        return Err(bad("give --prompt TEXT or --prompt-ids IDS"));
+    }
+    let eos = match (&g.tokenizer, g.ignore_eos) {
+        (Some(p), false) => eos_ids(p).map_err(bad)?,
+        _ => Vec::new(),
+    };
+    let sampling = match g.temperature {
+        Some(temperature) => Some(WireSampling {
+            temperature,
+            top_k: g.top_k,
+            top_p: g.top_p,
+            min_p: g.min_p,
+        }),
+        None if g.top_k.is_some() || g.top_p.is_some() || g.min_p.is_some() => {
+            return Err(bad("--top-k, --top-p and --min-p need --temperature"));
+        }
+        None => None,
+    };
+    let opts = GenerateOptions {
+        max_new: g.max_new_tokens as usize,
+        mode: match g.output_mode {
+            Mode::SecureArgmax => WireMode::SecureArgmax,
+            Mode::Private => WireMode::Private,
+        },
+        eos,
+        sampling,
+        deadline: Duration::from_secs(g.deadline_secs),
+    };
+    let stream = !g.json && prompts.len() == 1;
+    let mut shown: Vec<u32> = Vec::new();
+    let mut printed = String::new();
+    let out = client.generate(&g.model, &prompts, &opts, |got| {
+        if !stream {
+            return;
+        }
+        shown.extend(got.iter().map(|&(_, id)| id));
+        // Print what the text grew by: tokens may join into characters only later.
+        if let Some(t) = &tok
+            && let Ok(text) = t.decode(&shown)
+            && let Some(new) = text.strip_prefix(printed.as_str())
+        {
+            print!("{new}");
+            let _ = std::io::stdout().flush();
+            printed = text;
+        }
+    })?;
+    let texts: Vec<Option<String>> = out
+        .ids
+        .iter()
+        .map(|ids| tok.as_ref().and_then(|t| t.decode(ids).ok()))
+        .collect();
+    if g.json {
+        let v = serde_json::json!({
+            "ids": out.ids,
+            "texts": texts,
+            "rounds": out.rounds,
+            "server_bytes": out.server_bytes,
+            "client_sent": out.client_sent,
+            "client_received": out.client_received,
+            "first_ids_secs": out.first_ids.map(|d| d.as_secs_f64()),
+            "total_secs": out.total.as_secs_f64(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    if stream {
+        println!();
+    } else {
+        for (i, (ids, text)) in out.ids.iter().zip(&texts).enumerate() {
+            match text {
+                Some(t) => println!("[{i}] {t}"),
+                None => println!("[{i}] {ids:?}"),
+            }
+        }
+    }
+    eprintln!(
+        "ids {:?}; {:.2} s (first ids after {:.2} s), {} rounds; client sent {} bytes, \
+         received {}",
+        out.ids,
+        out.total.as_secs_f64(),
+        out.first_ids.map_or(0.0, |d| d.as_secs_f64()),
+        out.rounds,
+        out.client_sent,
+        out.client_received
+    );
+    Ok(())
+}

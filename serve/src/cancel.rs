@@ -1,0 +1,98 @@
+//! Ending one request's session from outside it: when its client goes away or its
+//! deadline passes, the session stops at its next wait and aborts, so the other two
+//! servers end it too (with an abort frame) while every other session goes on.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use puma_core::PartyId;
+use puma_transports::{Link, Recv, TransportError};
+
+/// Why a request was ended from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Its client closed the connection.
+    ClientGone,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// A request's deadline and its way to be ended from outside; shared between the task
+/// that watches the client's connection and the thread that runs the session.
+#[derive(Debug)]
+pub struct Cancel {
+    deadline: Instant,
+    ended: AtomicU8,
+}
+
+const RUNNING: u8 = 0;
+
+impl Cancel {
+    /// A request that may run until `deadline`.
+    pub fn until(deadline: Instant) -> Cancel {
+        Cancel {
+            deadline,
+            ended: AtomicU8::new(RUNNING),
+        }
+    }
+
+    /// Ends the request at its next wait.
+    pub fn end(&self, why: Ended) {
+        let code = match why {
+            Ended::ClientGone => 1,
+            Ended::Shutdown => 2,
+        };
+        let _ = self
+            .ended
+            .compare_exchange(RUNNING, code, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Why the request must stop now, if it must.
+    pub fn check(&self) -> Result<(), TransportError> {
+        match self.ended.load(Ordering::SeqCst) {
+            1 => Err(TransportError::Local("the client went away".into())),
+            2 => Err(TransportError::Local("the server is shutting down".into())),
+            _ if Instant::now() >= self.deadline => Err(TransportError::Local(
+                "the request's deadline passed".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How often a waiting session looks at its [`Cancel`].
+const POLL: Duration = Duration::from_millis(100);
+
+/// A [`Link`] that ends its session when its [`Cancel`] says so; otherwise it is `inner`.
+pub struct Guarded<'a, L> {
+    inner: L,
+    cancel: &'a Cancel,
+}
+
+impl<'a, L: Link> Guarded<'a, L> {
+    /// `inner`, watched by `cancel`.
+    pub fn new(inner: L, cancel: &'a Cancel) -> Self {
+        Guarded { inner, cancel }
+    }
+}
+
+impl<L: Link> Link for Guarded<'_, L> {
+    fn send(&mut self, to: PartyId, frame: Vec<u8>) -> Result<(), TransportError> {
+        // Sends always go through: the abort frames that end the peers' sessions too are
+        // sent after the cancel.
+        self.inner.send(to, frame)
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Recv, TransportError> {
+        // The driver's idle timeout still holds: wait in slices until it has passed.
+        let until = Instant::now() + timeout;
+        loop {
+            self.cancel.check()?;
+            let left = until.saturating_duration_since(Instant::now());
+            match self.inner.recv(left.min(POLL))? {
+                Recv::TimedOut if !left.is_zero() && left > POLL => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+}
