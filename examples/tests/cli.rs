@@ -11,7 +11,7 @@ use cli_conventions::{prints_help_and_version, refused, run};
 use puma_runner::linear::MAX_ELEMENTS;
 
 /// Every user program and flags its usage text must name.
-const PROGRAMS: [(&str, &str, &[&str]); 6] = [
+const PROGRAMS: [(&str, &str, &[&str]); 8] = [
     (
         "demo",
         env!("CARGO_BIN_EXE_demo"),
@@ -37,7 +37,21 @@ const PROGRAMS: [(&str, &str, &[&str]); 6] = [
         env!("CARGO_BIN_EXE_puma-party"),
         &["--id", "--config", "--max-new-tokens"],
     ),
-    ("keygen", env!("CARGO_BIN_EXE_keygen"), &["--out"]),
+    (
+        "keygen",
+        env!("CARGO_BIN_EXE_keygen"),
+        &["--out", "--service"],
+    ),
+    (
+        "puma-serve",
+        env!("CARGO_BIN_EXE_puma-serve"),
+        &["--config", "--id", "--grace-secs"],
+    ),
+    (
+        "puma-client",
+        env!("CARGO_BIN_EXE_puma-client"),
+        &["--config", "status", "upload", "generate"],
+    ),
 ];
 
 #[test]

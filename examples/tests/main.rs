@@ -11,3 +11,4 @@ mod keygen;
 mod llama_cli;
 mod party_limits;
 mod party_processes;
+mod service;

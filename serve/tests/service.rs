@@ -15,6 +15,7 @@ use puma_layers::nn::client::{OutsideTokens, deal_prompts};
 use puma_layers::nn::upload::{DealtTensor, assemble_decoder, deal_decoder};
 use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
 use puma_layers::store::{ModelHash, StoreError};
+use puma_serve::cancel::Cancel;
 use puma_serve::{GenerateRequest, ServeError, ServeOptions, Server};
 use puma_transports::loopback::{LocalNet, Network};
 use puma_transports::mem;
@@ -26,6 +27,11 @@ const REFERENCE: &str = concat!(
     "/../layers/tests/fixtures/gpt2-shakespeare/reference.safetensors"
 );
 const MODEL: &str = "shakespeare";
+
+/// A deadline no test reaches.
+fn far() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(3600)
+}
 
 /// The fixture prompts and their reference greedy continuations.
 fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
@@ -133,7 +139,7 @@ fn request(
                         let (a, b) = d.shares.components();
                         let _ = tx.lock().unwrap().send((p, d.what, a.to_vec(), b.to_vec()));
                     });
-                    server.generate(req, deliver)
+                    server.generate(req, deliver, &Cancel::until(far()))
                 })
             })
             .collect();
@@ -230,6 +236,7 @@ fn bad_requests_are_refused_before_any_peer_is_involved() {
                 prompt: d0,
             },
             Arc::new(|_| {}),
+            &Cancel::until(far()),
         )
         .unwrap_err();
     assert!(
@@ -247,6 +254,7 @@ fn bad_requests_are_refused_before_any_peer_is_involved() {
                 prompt: d1,
             },
             Arc::new(|_| {}),
+            &Cancel::until(far()),
         )
         .unwrap_err();
     assert!(matches!(err, ServeError::BadRequest(_)), "{err}");

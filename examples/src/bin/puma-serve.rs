@@ -32,7 +32,7 @@ use puma_serve::daemon;
 
 /// One computing server of the secure inference service.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(name = "puma-serve", version, about)]
 struct Args {
     /// The service's configuration file (service.toml).
     #[arg(long)]
