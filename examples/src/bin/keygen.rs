@@ -7,9 +7,10 @@
 //! ```
 //!
 //! Writes `p0.cert.pem`, `p0.key.pem`, … and `parties.toml` into the folder; with
-//! `--service`, also the `service.toml` of three `puma-serve` servers (peers on `--port`
-//! + i, clients on `--client-port` + i, store folders `p0-store`, …). For three hosts,
-//! give each host the files, all three certificates and only its own key.
+//! `--service`, also the `service.toml` of three `puma-serve` servers (server i's peers
+//! connect on port `--port` plus i, its clients on `--client-port` plus i; store folders
+//! `p0-store`, …). For three hosts, give each host the files, all three certificates and
+//! only its own key.
 //! Development only: real parties make their own keys and exchange certificates.
 
 use std::path::PathBuf;
