@@ -361,12 +361,7 @@ impl ServiceClient {
         out.client_sent = send_all(&mut conns, |i| (&request, encode_dealt(&parts[i]))).await?;
         drop(parts);
         loop {
-            let [a, b, c] = &mut conns;
-            let (ra, rb, rc) = tokio::try_join!(
-                next_reply(a, PartyId::P0),
-                next_reply(b, PartyId::P1),
-                next_reply(c, PartyId::P2)
-            )?;
+            let [ra, rb, rc] = next_replies(&mut conns).await?;
             for (_, p, n) in [&ra, &rb, &rc] {
                 out.client_received += 12 + p.len() as u64 + *n;
             }
@@ -499,12 +494,7 @@ impl ServiceClient {
         };
         self.rt.block_on(async {
             send_all(&mut conns, |_| (&end, Vec::new())).await?;
-            let [a, b, c] = &mut conns;
-            let (ra, rb, rc) = tokio::try_join!(
-                next_reply(a, PartyId::P0),
-                next_reply(b, PartyId::P1),
-                next_reply(c, PartyId::P2)
-            )?;
+            let [ra, rb, rc] = next_replies(&mut conns).await?;
             for (reply, party) in [
                 (ra.0, PartyId::P0),
                 (rb.0, PartyId::P1),
@@ -542,6 +532,17 @@ async fn send_one(
     let r = write_message(conn, header, &payload).await;
     payload.zeroize();
     r.map_err(|error| ClientError::Protocol { party, error })
+}
+
+/// The next reply of each server; the first error (or closed connection) ends the wait.
+async fn next_replies(conns: &mut [Conn; 3]) -> Result<[(Reply, Vec<u8>, u64); 3], ClientError> {
+    let [a, b, c] = conns;
+    let (ra, rb, rc) = tokio::try_join!(
+        next_reply(a, PartyId::P0),
+        next_reply(b, PartyId::P1),
+        next_reply(c, PartyId::P2)
+    )?;
+    Ok([ra, rb, rc])
 }
 
 /// The next reply of server `party`, with its payload and header size; an error reply

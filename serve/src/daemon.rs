@@ -26,8 +26,8 @@ use crate::cancel::{Cancel, Ended};
 use crate::config::{ConfigError, ServiceConfig, resolve};
 use crate::events::Log;
 use crate::protocol::{
-    ErrorKind, GenerateHeader, ProtocolError, Reply, Request, StatusReport, UploadHeader, WireMode,
-    decode_dealt, encode_components, read_message, write_message,
+    ErrorKind, GenerateHeader, ProtocolError, Reply, Request, UploadHeader, WireMode, decode_dealt,
+    encode_components, read_message, write_message,
 };
 use crate::server::{GenerateRequest, ServeError, ServeOptions, Server};
 
@@ -381,7 +381,7 @@ async fn serve_connection(
     {
         match request {
             Request::Status => {
-                write_message(&mut wr, &Reply::Status(status(daemon)), &[]).await?;
+                write_message(&mut wr, &Reply::Status(daemon.server.status()), &[]).await?;
             }
             Request::Generate(h) => {
                 if !serve_generate(daemon, h, payload, &mut rd, &mut wr).await? {
@@ -397,21 +397,6 @@ async fn serve_connection(
         }
     }
     Ok(())
-}
-
-fn status(daemon: &Daemon) -> StatusReport {
-    let s = daemon.server.status();
-    StatusReport {
-        party: daemon.server.me().index() as u8,
-        models: daemon.server.model_infos(),
-        running: s.running,
-        queued: s.queued,
-        served: s.served,
-        failed: s.failed,
-        rounds: s.rounds,
-        bytes_sent: s.bytes_sent,
-        peers_down: s.peers_gone.iter().map(|p| p.index() as u8).collect(),
-    }
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {

@@ -27,4 +27,4 @@ pub mod protocol;
 pub mod server;
 
 pub use admission::{Admission, Permit};
-pub use server::{GenerateRequest, ServeError, ServeOptions, Server, Status};
+pub use server::{GenerateRequest, ServeError, ServeOptions, Server};

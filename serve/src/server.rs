@@ -22,7 +22,7 @@ use rand_core::{OsRng, TryRngCore};
 
 use crate::admission::{Admission, Refused};
 use crate::cancel::{Cancel, Guarded};
-use crate::protocol::ModelInfo;
+use crate::protocol::{ModelInfo, StatusReport};
 
 /// The architecture name of a decoder's share store: its config is the serialised
 /// [`DecoderSpec`], whatever the checkpoint's own config format (GPT-2's `config.json`,
@@ -124,29 +124,6 @@ pub enum ServeError {
     /// An owner's upload that does not assemble into a model.
     #[error("upload refused: {0}")]
     Upload(String),
-}
-
-/// What a server is doing, for its operator.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Status {
-    /// This server.
-    pub me: Option<PartyId>,
-    /// The models loaded, by name.
-    pub models: Vec<String>,
-    /// Requests running now.
-    pub running: usize,
-    /// Requests waiting for a slot.
-    pub queued: usize,
-    /// Requests served to the end.
-    pub served: u64,
-    /// Requests that failed.
-    pub failed: u64,
-    /// Rounds of the requests served.
-    pub rounds: u64,
-    /// Payload bytes this server sent for them.
-    pub bytes_sent: u64,
-    /// Peers whose connection has ended.
-    pub peers_gone: Vec<PartyId>,
 }
 
 #[derive(Debug, Default)]
@@ -449,25 +426,19 @@ impl Server {
         Ok(result?)
     }
 
-    /// What the server is doing now.
-    pub fn status(&self) -> Status {
+    /// What the server is doing now, for its operator.
+    pub fn status(&self) -> StatusReport {
         let (running, queued) = self.admission.load();
-        Status {
-            me: Some(self.me()),
-            models: self
-                .models
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .keys()
-                .cloned()
-                .collect(),
+        StatusReport {
+            party: self.me().index() as u8,
+            models: self.model_infos(),
             running,
             queued,
             served: self.counters.served.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),
             rounds: self.counters.rounds.load(Ordering::Relaxed),
             bytes_sent: self.counters.bytes.load(Ordering::Relaxed),
-            peers_gone: self.peers_down(),
+            peers_down: self.peers_down().iter().map(|p| p.index() as u8).collect(),
         }
     }
 }

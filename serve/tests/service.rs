@@ -215,7 +215,9 @@ fn concurrent_requests_of_outside_clients_get_the_reference_greedy_ids() {
         let st = s.status();
         assert_eq!((st.served, st.failed), (8, 0), "{st:?}");
         assert_eq!((st.running, st.queued), (0, 0));
-        assert_eq!(st.models, [MODEL]);
+        let names: Vec<&str> = st.models.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, [MODEL]);
+        assert_eq!(st.models[0].vocab, 50257);
         assert!(st.rounds > 0 && st.bytes_sent > 0);
     }
 }

@@ -297,20 +297,29 @@ pub(crate) fn client_config(
         .get(peer)
         .cloned()
         .ok_or_else(|| TransportError::Local(format!("no pinned certificate for {peer}")))?;
+    let mut cfg = pinned_client(peer, pinned)?
+        .with_client_auth_cert(vec![me.cert.clone()], me.key.clone_key())
+        .map_err(|e| tls_err(Some(peer), e))?;
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// A TLS 1.3 client configuration, up to its own certificate, that accepts only `pinned`
+/// as `peer`'s certificate.
+fn pinned_client(
+    peer: PartyId,
+    pinned: CertificateDer<'static>,
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TransportError> {
     let provider = provider();
     let verifier = Arc::new(PinnedServer {
         pinned,
         algs: provider.signature_verification_algorithms,
     });
-    let mut cfg = ClientConfig::builder_with_provider(provider)
+    Ok(ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| tls_err(Some(peer), e))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_auth_cert(vec![me.cert.clone()], me.key.clone_key())
-        .map_err(|e| tls_err(Some(peer), e))?;
-    cfg.alpn_protocols = vec![ALPN.to_vec()];
-    Ok(cfg)
+        .with_custom_certificate_verifier(verifier))
 }
 
 /// A server configuration that presents `me` and accepts only the pinned certificates of
@@ -374,17 +383,7 @@ pub fn service_client_config(
     party: PartyId,
     pinned: CertificateDer<'static>,
 ) -> Result<ClientConfig, TransportError> {
-    let provider = provider();
-    let verifier = Arc::new(PinnedServer {
-        pinned,
-        algs: provider.signature_verification_algorithms,
-    });
-    let mut cfg = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| tls_err(Some(party), e))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+    let mut cfg = pinned_client(party, pinned)?.with_no_client_auth();
     cfg.alpn_protocols = vec![SERVICE_ALPN.to_vec()];
     Ok(cfg)
 }
