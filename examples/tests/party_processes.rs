@@ -30,7 +30,7 @@ const REAL_TIMEOUT: u64 = 120;
 
 /// The real-model tests hold gigabytes each (SmolLM2's three parties about 6 GB): one at a
 /// time.
-static REAL_MODELS: Mutex<()> = Mutex::new(());
+pub(crate) static REAL_MODELS: Mutex<()> = Mutex::new(());
 
 /// How far the embeddings of two secure runs may differ. Both runs compute the same
 /// fixed-point approximations (exponential, reciprocal, square root), so most of their
@@ -273,7 +273,7 @@ fn distance(a: &[Vec<f64>], b: &[Vec<f64>]) -> (f64, f64) {
 
 /// A real model's path (`var` overrides `default`), or `None` after printing `SKIPPED` when
 /// it has not been fetched; with `PUMA_REQUIRE_REAL_MODELS=1` (as in CI) its absence fails.
-fn real_model(var: &str, default: &str, fetch: &str) -> Option<String> {
+pub(crate) fn real_model(var: &str, default: &str, fetch: &str) -> Option<String> {
     let path = std::env::var(var).unwrap_or_else(|_| default.to_string());
     if Path::new(&path).exists() {
         return Some(path);

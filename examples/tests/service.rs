@@ -12,7 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::PoisonError;
+
+use puma_layers::Tokenizer;
+use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::llama::plain::PlainLlama;
+use puma_runner::llama::SMOLLM2_GGUF;
+
+use crate::party_processes::{REAL_MODELS, real_model};
 
 const SERVE: &str = env!("CARGO_BIN_EXE_puma-serve");
 const CLIENT: &str = env!("CARGO_BIN_EXE_puma-client");
@@ -137,8 +145,13 @@ impl Service {
 
     /// The owner uploads the Shakespeare GPT-2 and exits.
     fn upload(&self) {
+        self.upload_model(MODEL, SHAKESPEARE);
+    }
+
+    /// The owner uploads checkpoint `path` as `name` and exits.
+    fn upload_model(&self, name: &str, path: &str) {
         let out = self
-            .client(&["upload", "--name", MODEL, "--model", SHAKESPEARE])
+            .client(&["upload", "--name", name, "--model", path])
             .output()
             .unwrap();
         assert!(
@@ -152,11 +165,16 @@ impl Service {
 
     /// A `generate` client for `ids`, `max_new` tokens, with JSON output.
     fn generate(&self, ids: &[u32], max_new: usize) -> Command {
+        self.generate_with(MODEL, ids, max_new)
+    }
+
+    /// A `generate` client of model `name` for `ids`, `max_new` tokens, with JSON output.
+    fn generate_with(&self, name: &str, ids: &[u32], max_new: usize) -> Command {
         let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
         let mut c = self.client(&[
             "generate",
             "--model",
-            MODEL,
+            name,
             "--prompt-ids",
             &ids.join(","),
             "--max-new-tokens",
@@ -360,6 +378,17 @@ fn killed_clients_and_servers_end_only_their_requests_and_a_server_restarts_from
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    // A request past its deadline ends at the servers with a timeout, and frees its slot.
+    let out = svc
+        .generate(&ids, LONG)
+        .args(["--deadline-secs", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deadline"), "{err}");
+    assert_eq!(ids_of(&svc.generate(&ids, SHORT).output().unwrap()), want);
+
     // A server killed mid-request: the request fails, naming it, well within the
     // deadline.
     let victim = svc.generate(&ids, LONG).spawn().unwrap();
@@ -398,4 +427,58 @@ fn killed_clients_and_servers_end_only_their_requests_and_a_server_restarts_from
         err.contains("shakespeare.pumastore") && err.contains("P1"),
         "{err}"
     );
+}
+
+#[test]
+fn smollm2_through_the_service_is_token_identical() {
+    let Some(path) = real_model(
+        "PUMA_SMOLLM2_GGUF",
+        SMOLLM2_GGUF,
+        "scripts/fetch-smollm2.sh",
+    ) else {
+        return;
+    };
+    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
+    const MAX_NEW: usize = 3;
+    let p = Path::new(&path);
+    let tok = Tokenizer::from_gguf(&GgufFile::open(p).unwrap(), p).unwrap();
+    let model = puma_runner::llama::load_model(p).unwrap();
+    let plain = PlainLlama::new(model.config, model.weights).unwrap();
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = ["The capital of France is", "Whales are"]
+        .iter()
+        .map(|t| {
+            let ids = tok.encode(t).unwrap();
+            let want = plain.generate_greedy(&ids, MAX_NEW).unwrap();
+            (ids, want)
+        })
+        .collect();
+    // The reference implementation's first greedy ids (models/smollm2-135m/reference).
+    assert_eq!(cases[0].1, [7042, 30, 198]);
+    drop(plain);
+
+    let mut svc = Service::new();
+    for i in 0..3 {
+        svc.start(i);
+    }
+    svc.wait_ready();
+    svc.upload_model("smollm2", &path);
+    // Four requests at once, two of each prompt.
+    let running: Vec<_> = cases
+        .iter()
+        .chain(&cases)
+        .map(|(ids, want)| {
+            (
+                svc.generate_with("smollm2", ids, MAX_NEW).spawn().unwrap(),
+                want,
+            )
+        })
+        .collect();
+    for (child, want) in running {
+        assert_eq!(
+            &ids_of(&child.wait_with_output().unwrap()),
+            want,
+            "{}",
+            svc.logs()
+        );
+    }
 }
