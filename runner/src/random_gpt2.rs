@@ -18,6 +18,28 @@ pub struct Gpt2Shape {
     pub heads: usize,
 }
 
+/// A published GPT-2 shape, as the programs' `--random-shape` flag names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RandomShape {
+    /// GPT-2 base: 12 layers, width 768 (124 M parameters).
+    Base,
+    /// GPT-2 medium: 24 layers, width 1024.
+    Medium,
+    /// GPT-2 large: 36 layers, width 1280.
+    Large,
+}
+
+impl RandomShape {
+    /// The shape.
+    pub fn shape(self) -> Gpt2Shape {
+        match self {
+            RandomShape::Base => GPT2_BASE,
+            RandomShape::Medium => GPT2_MEDIUM,
+            RandomShape::Large => GPT2_LARGE,
+        }
+    }
+}
+
 /// GPT-2 base (124 M parameters).
 pub const GPT2_BASE: Gpt2Shape = Gpt2Shape {
     name: "gpt2-base",

@@ -4,8 +4,9 @@
 //! many tokens without it), and tokens drawn on shares (top-k = 1 must be the argmax).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use puma_core::proto::SamplingParams;
 use puma_core::sim::{Outcome, Sim};
@@ -71,10 +72,31 @@ fn run(decoding: Decoding, stop: Option<StopCheck>) -> ([Generation; 3], u32) {
     (out.into_results().unwrap(), rounds)
 }
 
+/// [`run`] of `max_new` tokens in `mode` with no rule that ends generation earlier: the
+/// tests' common reference, run once per shape (the simulator's fixed entropy makes every
+/// run of it the same).
+fn reference(max_new: usize, mode: OutputMode) -> ([Generation; 3], u32) {
+    type Runs = Mutex<HashMap<(usize, OutputMode), ([Generation; 3], u32)>>;
+    static RUNS: OnceLock<Runs> = OnceLock::new();
+    let runs = RUNS.get_or_init(Runs::default);
+    let known = runs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&(max_new, mode))
+        .cloned();
+    known.unwrap_or_else(|| {
+        let r = run(Decoding::new(max_new, mode), None);
+        runs.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((max_new, mode), r.clone());
+        r
+    })
+}
+
 #[test]
 fn an_end_of_sequence_id_ends_generation_in_every_mode() {
     for mode in MODES {
-        let (full, _) = run(Decoding::new(5, mode), None);
+        let (full, _) = reference(5, mode);
         let ids = full[0].ids.clone();
         assert_eq!(ids.len(), 5);
         // Take the fourth token as end-of-sequence (listed twice: counted once).
@@ -101,7 +123,7 @@ fn an_end_of_sequence_id_ends_generation_in_every_mode() {
         // Against n tokens with no rule: the client's final bit costs one round when it
         // shares the tokens; the opened bit is free beside the revealed id; in Private
         // mode each opened bit is a round.
-        let (_, plain_rounds) = run(Decoding::new(n, mode), None);
+        let (_, plain_rounds) = reference(n, mode);
         let extra = match mode {
             OutputMode::RevealLogits => 1,
             OutputMode::SecureArgmax => 0,
@@ -114,7 +136,7 @@ fn an_end_of_sequence_id_ends_generation_in_every_mode() {
 #[test]
 fn the_clients_stop_test_ends_generation_in_every_mode() {
     for mode in MODES {
-        let (full, _) = run(Decoding::new(4, mode), None);
+        let (full, _) = reference(4, mode);
         let stop: StopCheck = Arc::new(|ids: &[u32]| ids.len() >= 2);
         let (g, rounds) = run(
             Decoding {
@@ -125,8 +147,8 @@ fn the_clients_stop_test_ends_generation_in_every_mode() {
         );
         assert_eq!(g[0].ids, full[0].ids[..2], "{mode:?}");
         assert_eq!(g[0].finish, Finish::Stop, "{mode:?}");
-        let (_, two_rounds) = run(Decoding::new(2, mode), None);
-        let (_, four_rounds) = run(Decoding::new(4, mode), None);
+        let (_, two_rounds) = reference(2, mode);
+        let (_, four_rounds) = reference(4, mode);
         match mode {
             // The parties generate on; the client cuts the output at the end.
             OutputMode::Private => {
@@ -178,7 +200,7 @@ fn bad_rules_are_refused() {
 #[test]
 fn drawing_from_the_top_one_is_greedy_in_every_mode() {
     for mode in MODES {
-        let (greedy, _) = run(Decoding::new(3, mode), None);
+        let (greedy, _) = reference(3, mode);
         let top1 = SamplingParams {
             top_k: Some(1),
             ..SamplingParams::with_temperature(0.7)

@@ -27,6 +27,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use puma_layers::Tokenizer;
 use puma_layers::stopping::eos_ids;
 use puma_runner::checkpoint::{self, ModelKind};
+use puma_runner::random_gpt2::{RandomShape, random_gpt2};
 use puma_serve::client::{ClientError, GenerateOptions, ServiceClient};
 use puma_serve::config::ServiceConfig;
 use puma_serve::protocol::{WireMode, WireSampling};
@@ -57,8 +58,16 @@ enum Command {
         #[arg(long)]
         name: String,
         /// The checkpoint: a Hugging Face directory or a GGUF file.
-        #[arg(long)]
-        model: PathBuf,
+        #[arg(long, required_unless_present = "random_shape")]
+        model: Option<PathBuf>,
+        /// Instead of a checkpoint: a published GPT-2 shape with seeded random weights,
+        /// for measurements.
+        #[arg(long, value_enum, value_name = "SHAPE", conflicts_with = "model")]
+        random_shape: Option<RandomShape>,
+        /// With --random-shape: keep only the first N blocks.
+        #[arg(long, value_name = "N", requires = "random_shape",
+              value_parser = clap::value_parser!(u64).range(1..=64))]
+        layers: Option<u64>,
         /// Its architecture (default: from the checkpoint).
         #[arg(long, value_enum, default_value_t = Arch::Auto)]
         arch: Arch,
@@ -162,7 +171,24 @@ fn run(args: &Args) -> Result<(), Failure> {
     let client = ServiceClient::new(&cfg)?;
     match &args.command {
         Command::Status { json } => status(&client, *json),
-        Command::Upload { name, model, arch } => upload(&client, name, model, *arch),
+        Command::Upload {
+            name,
+            model,
+            arch,
+            random_shape,
+            layers,
+        } => match (model, random_shape) {
+            (_, Some(r)) => {
+                let shape = r.shape();
+                let layers = layers.map_or(shape.layers, |l| l as usize);
+                let (cfg, w) = random_gpt2(shape, layers);
+                let hash = client.upload(name, &cfg, &w, progress_bar())?;
+                println!("uploaded {name}: model hash {hash}");
+                Ok(())
+            }
+            (Some(m), None) => upload(&client, name, m, *arch),
+            (None, None) => Err(bad("give --model PATH or --random-shape SHAPE")),
+        },
         Command::Generate(g) => generate(&client, g),
     }
 }
@@ -207,15 +233,7 @@ fn upload(
         Arch::Llama => ModelKind::Llama,
         Arch::Auto => checkpoint::detect(path).map_err(bad)?,
     };
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("dealing {pos}/{len} tensors {wide_bar} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let progress = |done: usize, total: usize| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    };
+    let progress = progress_bar();
     let hash = match kind {
         ModelKind::Gpt2 => {
             let m = puma_runner::gpt2::load_model(path).map_err(bad)?;
@@ -231,9 +249,24 @@ fn upload(
             ));
         }
     };
-    bar.finish_and_clear();
     println!("uploaded {name}: model hash {hash}");
     Ok(())
+}
+
+/// Reports an upload's progress on standard error: tensors dealt of all.
+fn progress_bar() -> impl FnMut(usize, usize) {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("dealing {pos}/{len} tensors {wide_bar} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    move |done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        if done == total {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 fn generate(client: &ServiceClient, g: &GenerateArgs) -> Result<(), Failure> {

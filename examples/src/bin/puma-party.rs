@@ -34,9 +34,7 @@ use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_runner::party::{
     DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol, encoder_protocol, resolve,
 };
-use puma_runner::random_gpt2::{
-    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, current_rss, peak_rss, random_gpt2, shape_config,
-};
+use puma_runner::random_gpt2::{RandomShape, current_rss, peak_rss, random_gpt2, shape_config};
 use puma_runner::streaming::LiveView;
 use puma_transports::loopback::Network;
 use puma_transports::net::NetOptions;
@@ -62,26 +60,6 @@ enum Arch {
     Llama,
     /// BERT / RoBERTa encoders (sentence embeddings).
     Bert,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum RandomShape {
-    /// GPT-2 base: 12 layers, width 768 (124 M parameters).
-    Base,
-    /// GPT-2 medium: 24 layers, width 1024.
-    Medium,
-    /// GPT-2 large: 36 layers, width 1280.
-    Large,
-}
-
-impl RandomShape {
-    fn shape(self) -> Gpt2Shape {
-        match self {
-            RandomShape::Base => GPT2_BASE,
-            RandomShape::Medium => GPT2_MEDIUM,
-            RandomShape::Large => GPT2_LARGE,
-        }
-    }
 }
 
 /// One computing party of secure GPT-2, LLaMA or BERT (P0 client, P1 model owner, P2

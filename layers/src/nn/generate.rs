@@ -24,7 +24,7 @@ use super::settings::SecureSettings;
 use crate::nn::LayerCosts;
 
 /// How the client learns the result of each generation step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OutputMode {
     /// The last position's logits are revealed to the client, which picks the next id and
     /// shares its one-hot for the next step.
