@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use puma_layers::Tokenizer;
@@ -30,7 +30,7 @@ const REAL_TIMEOUT: u64 = 120;
 
 /// The real-model tests hold gigabytes each (SmolLM2's three parties about 6 GB): one at a
 /// time.
-pub(crate) static REAL_MODELS: Mutex<()> = Mutex::new(());
+static REAL_MODELS: Mutex<()> = Mutex::new(());
 
 /// How far the embeddings of two secure runs may differ. Both runs compute the same
 /// fixed-point approximations (exponential, reciprocal, square root), so most of their
@@ -273,7 +273,7 @@ fn distance(a: &[Vec<f64>], b: &[Vec<f64>]) -> (f64, f64) {
 
 /// A real model's path (`var` overrides `default`), or `None` after printing `SKIPPED` when
 /// it has not been fetched; with `PUMA_REQUIRE_REAL_MODELS=1` (as in CI) its absence fails.
-pub(crate) fn real_model(var: &str, default: &str, fetch: &str) -> Option<String> {
+fn real_model(var: &str, default: &str, fetch: &str) -> Option<String> {
     let path = std::env::var(var).unwrap_or_else(|_| default.to_string());
     if Path::new(&path).exists() {
         return Some(path);
@@ -380,16 +380,25 @@ fn three_processes_run_the_tiny_llama_like_the_in_process_run() {
     assert_eq!(ids, [314; 4]);
 }
 
-#[test]
-fn three_processes_run_smollm2_like_the_in_process_run() {
-    let Some(path) = real_model(
+/// SmolLM2-135M's GGUF path and the real-model lock held while a test uses it, or `None`
+/// (see [`real_model`]).
+pub(crate) fn smollm2() -> Option<(String, MutexGuard<'static, ()>)> {
+    let path = real_model(
         "PUMA_SMOLLM2_GGUF",
         SMOLLM2_GGUF,
         "scripts/fetch-smollm2.sh",
-    ) else {
+    )?;
+    Some((
+        path,
+        REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+#[test]
+fn three_processes_run_smollm2_like_the_in_process_run() {
+    let Some((path, _one)) = smollm2() else {
         return;
     };
-    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
     let path_ref = Path::new(&path);
     let tok = Tokenizer::from_gguf(&GgufFile::open(path_ref).unwrap(), path_ref).unwrap();
     // The client tokenizes the text itself. The prompt's ids and the first greedy ids are

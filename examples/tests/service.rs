@@ -12,15 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use std::sync::PoisonError;
-
 use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::llama::plain::PlainLlama;
-use puma_runner::llama::SMOLLM2_GGUF;
 
-use crate::party_processes::{REAL_MODELS, real_model};
+use crate::party_processes::smollm2;
 
 const SERVE: &str = env!("CARGO_BIN_EXE_puma-serve");
 const CLIENT: &str = env!("CARGO_BIN_EXE_puma-client");
@@ -431,14 +428,9 @@ fn killed_clients_and_servers_end_only_their_requests_and_a_server_restarts_from
 
 #[test]
 fn smollm2_through_the_service_is_token_identical() {
-    let Some(path) = real_model(
-        "PUMA_SMOLLM2_GGUF",
-        SMOLLM2_GGUF,
-        "scripts/fetch-smollm2.sh",
-    ) else {
+    let Some((path, _one)) = smollm2() else {
         return;
     };
-    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
     const MAX_NEW: usize = 3;
     let p = Path::new(&path);
     let tok = Tokenizer::from_gguf(&GgufFile::open(p).unwrap(), p).unwrap();
