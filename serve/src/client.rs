@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use puma_core::dealing::{self, Dealt, Mismatch, Seed};
 use puma_core::{FixedPoint, PartyId};
+use puma_layers::nn::DecoderArch;
 use puma_layers::nn::client::{OutsideTokens, deal_prompts};
 use puma_layers::nn::upload::{DealtTensor, deal_decoder, spec_json};
-use puma_layers::nn::{DecoderArch, Decoding, OutputMode};
 use puma_layers::store::ModelHash;
 use rand_core::{OsRng, TryRngCore};
 use rustls::ClientConfig;
@@ -327,15 +327,7 @@ impl ServiceClient {
             sampling: opts.sampling,
             deadline_ms: u64::try_from(opts.deadline.as_millis()).unwrap_or(u64::MAX),
         };
-        let mut decoding = Decoding::new(
-            opts.max_new,
-            match opts.mode {
-                WireMode::SecureArgmax => OutputMode::SecureArgmax,
-                WireMode::Private => OutputMode::Private,
-            },
-        );
-        decoding.eos = opts.eos.clone();
-        let mut tokens = OutsideTokens::new(prompts.len(), &decoding, model.vocab);
+        let mut tokens = OutsideTokens::new(prompts.len(), &header.decoding(), model.vocab);
         // The servers end a request at its deadline; give their answer a little longer.
         let wait = opts.deadline.saturating_add(Duration::from_secs(10));
         let run = self.run_generate(&header, parts, &mut tokens, &mut on_ids);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use puma_core::PartyId;
 use puma_layers::nn::upload::DealtTensor;
-use puma_layers::nn::{DecoderSpec, Decoding, Delivered, Delivery, OutputMode, SecureSettings};
+use puma_layers::nn::{DecoderSpec, Delivered, Delivery, SecureSettings};
 use puma_layers::store::ModelHash;
 use puma_transports::mux::{Mux, MuxOptions};
 use puma_transports::tcp::Endpoints;
@@ -26,7 +26,7 @@ use crate::cancel::{Cancel, Ended};
 use crate::config::{ConfigError, ServiceConfig, resolve};
 use crate::events::Log;
 use crate::protocol::{
-    ErrorKind, GenerateHeader, ProtocolError, Reply, Request, UploadHeader, WireMode, decode_dealt,
+    ErrorKind, GenerateHeader, ProtocolError, Reply, Request, UploadHeader, decode_dealt,
     encode_components, read_message, write_message,
 };
 use crate::server::{GenerateRequest, ServeError, ServeOptions, Server};
@@ -478,20 +478,7 @@ async fn serve_generate(
             return Ok(false);
         }
     };
-    let mut decoding = Decoding::new(
-        h.max_new,
-        match h.mode {
-            WireMode::SecureArgmax => OutputMode::SecureArgmax,
-            WireMode::Private => OutputMode::Private,
-        },
-    );
-    decoding.eos = h.eos.clone();
-    decoding.sampling = h.sampling.map(|s| puma_core::proto::SamplingParams {
-        temperature: s.temperature,
-        top_k: s.top_k,
-        top_p: s.top_p,
-        min_p: s.min_p,
-    });
+    let decoding = h.decoding();
     let limit = daemon.cfg.deadline;
     let wanted = if h.deadline_ms == 0 {
         limit

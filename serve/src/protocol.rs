@@ -14,6 +14,8 @@
 
 use puma_core::PartyId;
 use puma_core::dealing::{Component, Dealt, Seed};
+use puma_core::proto::SamplingParams;
+use puma_layers::nn::{Decoding, OutputMode};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use zeroize::Zeroize;
@@ -72,6 +74,26 @@ pub struct GenerateHeader {
     /// (0: the server's own limit).
     #[serde(default)]
     pub deadline_ms: u64,
+}
+
+impl GenerateHeader {
+    /// The decoding rules the request asks for (the same at the servers and the client).
+    pub fn decoding(&self) -> Decoding {
+        let mode = match self.mode {
+            WireMode::SecureArgmax => OutputMode::SecureArgmax,
+            WireMode::Private => OutputMode::Private,
+        };
+        Decoding {
+            eos: self.eos.clone(),
+            sampling: self.sampling.map(|s| SamplingParams {
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+                min_p: s.min_p,
+            }),
+            ..Decoding::new(self.max_new, mode)
+        }
+    }
 }
 
 /// The output modes an outside client can use.
