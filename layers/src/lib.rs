@@ -15,6 +15,8 @@
 //! - [`stopping`]: a checkpoint's end-of-sequence ids (generation config, config, GGUF).
 //! - [`store`]: a party's share store, the file from which a computing server restores
 //!   its shares of a model without the owner.
+//! - [`upload`]: a model owner outside the parties deals its checkpoint to three servers,
+//!   which assemble their shares of it.
 //! - [`limits`]: the one bound on model size that every configuration is checked against
 //!   before any party allocates for it.
 //!
@@ -53,6 +55,7 @@ mod safetensors_reader;
 pub mod stopping;
 pub mod store;
 pub mod tokenizer;
+pub mod upload;
 
 pub use gpt2::config::{Activation, ConfigError, Gpt2Config, InputError};
 pub use gpt2::weights::{Gpt2Block, Gpt2Weights, LayerNormWeights, LoadError, load_gpt2};

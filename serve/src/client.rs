@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 
 use puma_core::dealing::{self, Dealt, Mismatch, Seed};
 use puma_core::{FixedPoint, PartyId};
+use puma_layers::bert::secure::{BertSpec, input_columns};
+use puma_layers::bert::{BertBatch, BertConfig, BertWeights};
 use puma_layers::nn::DecoderArch;
-use puma_layers::nn::client::{OutsideTokens, deal_prompts};
-use puma_layers::nn::upload::{DealtTensor, deal_decoder, spec_json};
+use puma_layers::nn::client::{OutsideTokens, deal_hot, deal_prompts};
 use puma_layers::store::ModelHash;
+use puma_layers::upload::{DealtTensor, deal_decoder, deal_encoder, spec_json};
 use rand_core::{OsRng, TryRngCore};
 use rustls::ClientConfig;
 use tokio::net::TcpStream;
@@ -26,10 +28,11 @@ use tokio_rustls::client::TlsStream;
 use zeroize::Zeroize;
 
 use crate::config::{ServiceConfig, resolve};
+use crate::model::{DECODER_ARCH, ENCODER_ARCH};
 use crate::protocol::{
-    ErrorKind, GenerateHeader, ModelInfo, ProtocolError, Reply, Request, StatusReport,
-    UploadHeader, WireMode, WireSampling, decode_components, encode_dealt, read_message,
-    write_message,
+    EncodeHeader, ErrorKind, GenerateHeader, ModelInfo, ProtocolError, Reply, Request,
+    StatusReport, UploadHeader, WireMode, WireOutputs, WireSampling, decode_components,
+    encode_dealt, read_message, write_message,
 };
 use puma_transports::tls::{read_cert, service_client_config, service_server_name};
 
@@ -124,6 +127,29 @@ pub struct Generated {
     pub client_received: u64,
     /// From sending the request to the first ids.
     pub first_ids: Option<Duration>,
+    /// The whole request.
+    pub total: Duration,
+}
+
+/// What an encode request returned (each output asked for, row-major), and what it cost.
+#[derive(Clone, Debug, Default)]
+pub struct Encoded {
+    /// The encoder output of every token, sequence after sequence (`tokens × hidden`).
+    pub hidden: Option<Vec<f64>>,
+    /// The pooled output (`sequences × hidden`).
+    pub pooled: Option<Vec<f64>>,
+    /// The classification logits (`sequences × labels`).
+    pub logits: Option<Vec<f64>>,
+    /// The sentence embeddings (`sequences × hidden`).
+    pub embeddings: Option<Vec<f64>>,
+    /// Rounds of the servers' session.
+    pub rounds: u64,
+    /// Bytes each server sent to the others.
+    pub server_bytes: [u64; 3],
+    /// Bytes this client sent (all three servers).
+    pub client_sent: u64,
+    /// Bytes this client received.
+    pub client_received: u64,
     /// The whole request.
     pub total: Duration,
 }
@@ -303,22 +329,13 @@ impl ServiceClient {
                 opts.max_new, model.max_positions
             )));
         }
-        let mut seeds: [Seed; 2] = [[0; 32]; 2];
-        let mut id = [0u8; 8];
-        for s in &mut seeds {
-            OsRng
-                .try_fill_bytes(s)
-                .map_err(|e| ClientError::Config(format!("no OS randomness: {e}")))?;
-        }
-        OsRng
-            .try_fill_bytes(&mut id)
-            .map_err(|e| ClientError::Config(format!("no OS randomness: {e}")))?;
+        let mut seeds = fresh_seeds()?;
         let parts = deal_prompts(prompts, model.vocab, &seeds, 0)
             .map_err(|e| ClientError::Request(e.to_string()));
         seeds.zeroize();
         let parts = parts?;
         let header = GenerateHeader {
-            session_id: u64::from_le_bytes(id),
+            session_id: fresh_session_id()?,
             model: name.to_owned(),
             lens: prompts.iter().map(Vec::len).collect(),
             max_new: opts.max_new,
@@ -353,10 +370,11 @@ impl ServiceClient {
         out.client_sent = send_all(&mut conns, |i| (&request, encode_dealt(&parts[i]))).await?;
         drop(parts);
         loop {
-            let [ra, rb, rc] = next_replies(&mut conns).await?;
-            for (_, p, n) in [&ra, &rb, &rc] {
+            let replies = next_replies(&mut conns).await?;
+            for (_, p, n) in &replies {
                 out.client_received += 12 + p.len() as u64 + *n;
             }
+            let [ra, rb, rc] = &replies;
             match (&ra.0, &rb.0, &rc.0) {
                 (
                     Reply::Ids { step, count },
@@ -369,15 +387,7 @@ impl ServiceClient {
                         count: c2,
                     },
                 ) if (step, count) == (s1, c1) && (step, count) == (s2, c2) => {
-                    let decode = |p: &[u8], party| {
-                        decode_components(p, *count)
-                            .map_err(|error| ClientError::Protocol { party, error })
-                    };
-                    let (x0, x1) = decode(&ra.1, PartyId::P0)?;
-                    let (y1, y2) = decode(&rb.1, PartyId::P1)?;
-                    let (z2, z0) = decode(&rc.1, PartyId::P2)?;
-                    let ids = dealing::reconstruct([(&x0, &x1), (&y1, &y2), (&z2, &z0)])
-                        .map_err(ClientError::Mismatch)?;
+                    let ids = reconstruct_replies(&replies, *count)?;
                     out.first_ids.get_or_insert(start.elapsed());
                     let got = match step {
                         Some(_) => tokens.step(&ids),
@@ -420,9 +430,9 @@ impl ServiceClient {
         }
     }
 
-    /// Deals `weights` of `arch` to the three servers as model `name` (each saves its
-    /// part to its share store and serves it); `progress` hears `(tensors done, total)`.
-    /// Returns the model's content hash.
+    /// Deals `weights` of `arch` (a decoder: GPT-2, LLaMA) to the three servers as model
+    /// `name` (each saves its part to its share store and serves it); `progress` hears
+    /// `(tensors done, total)`. Returns the model's content hash.
     ///
     /// # Errors
     /// [`ClientError`]: weights the protocols cannot take, a server that refuses the
@@ -432,31 +442,69 @@ impl ServiceClient {
         name: &str,
         arch: &A,
         weights: &A::Weights,
-        mut progress: impl FnMut(usize, usize),
+        progress: impl FnMut(usize, usize),
     ) -> Result<ModelHash, ClientError> {
         let request = |e: puma_core::Error| ClientError::Request(e.to_string());
         let spec = arch.spec().map_err(request)?;
         let total = spec.plan().map_err(request)?.tensors().len();
+        let json = spec_json(&spec).map_err(request)?;
+        self.upload_dealt(name, DECODER_ARCH, json, total, progress, |seeds, send| {
+            deal_decoder(arch, weights, FixedPoint::default(), seeds, send).map(|(_, h)| h)
+        })
+    }
+
+    /// Deals a BERT / RoBERTa encoder to the three servers as model `name`, as
+    /// [`ServiceClient::upload`] does a decoder.
+    ///
+    /// # Errors
+    /// As [`ServiceClient::upload`].
+    pub fn upload_encoder(
+        &self,
+        name: &str,
+        config: &BertConfig,
+        weights: &BertWeights,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<ModelHash, ClientError> {
+        let request = |e: puma_core::Error| ClientError::Request(e.to_string());
+        let spec = BertSpec::of(config, weights);
+        let total = spec.plan().map_err(request)?.tensors().len();
+        let json = spec_json(&spec).map_err(request)?;
+        self.upload_dealt(name, ENCODER_ARCH, json, total, progress, |seeds, send| {
+            deal_encoder(config, weights, FixedPoint::default(), seeds, send).map(|(_, h)| h)
+        })
+    }
+
+    /// The upload both architectures share: the announcement, the `total` tensors that
+    /// `deal` deals under fresh seeds (each sent to the three servers as it comes), and
+    /// the content hash that ends it.
+    fn upload_dealt(
+        &self,
+        name: &str,
+        arch: &str,
+        spec_json: String,
+        total: usize,
+        mut progress: impl FnMut(usize, usize),
+        deal: impl FnOnce(
+            &[Seed; 2],
+            &mut dyn FnMut([DealtTensor; 3]) -> Result<(), puma_core::Error>,
+        ) -> Result<ModelHash, puma_core::Error>,
+    ) -> Result<ModelHash, ClientError> {
         let begin = Request::UploadBegin(UploadHeader {
             name: name.to_owned(),
-            spec_json: spec_json(&spec).map_err(request)?,
+            arch: arch.to_owned(),
+            spec_json,
             tensors: total as u64,
         });
         let mut conns = self.rt.block_on(self.connect_all())?;
         self.rt
             .block_on(send_all(&mut conns, |_| (&begin, Vec::new())))?;
-        let mut seeds: [Seed; 2] = [[0; 32]; 2];
-        for s in &mut seeds {
-            OsRng
-                .try_fill_bytes(s)
-                .map_err(|e| ClientError::Config(format!("no OS randomness: {e}")))?;
-        }
+        let mut seeds = fresh_seeds()?;
         let mut failed: Option<ClientError> = None;
         let mut done = 0;
-        let dealt = deal_decoder(arch, weights, FixedPoint::default(), &seeds, |three| {
+        let mut send = |three: [DealtTensor; 3]| {
             let msgs: Vec<(Request, Vec<u8>)> = three
                 .iter()
-                .map(|t: &DealtTensor| {
+                .map(|t| {
                     let header = Request::UploadTensor {
                         name: t.name.clone(),
                         len: t.len as u64,
@@ -474,12 +522,13 @@ impl ServiceClient {
                 failed = Some(e);
                 puma_core::Error::misuse("a server could not take the upload")
             })
-        });
+        };
+        let dealt = deal(&seeds, &mut send);
         seeds.zeroize();
-        let (_, hash) = match (dealt, failed) {
+        let hash = match (dealt, failed) {
             (_, Some(e)) => return Err(e),
-            (Err(e), None) => return Err(request(e)),
-            (Ok(d), None) => d,
+            (Err(e), None) => return Err(ClientError::Request(e.to_string())),
+            (Ok(h), None) => h,
         };
         let end = Request::UploadEnd {
             model_hash: hash.to_string(),
@@ -500,6 +549,167 @@ impl ServiceClient {
         })?;
         Ok(hash)
     }
+
+    /// Runs encoder `name` on `sequences` (each its token ids and token types, special
+    /// tokens included): deals them to the servers and returns the `outputs` asked for,
+    /// reconstructed from the three servers' shares.
+    ///
+    /// # Errors
+    /// [`ClientError`]: sequences that do not fit the model (or a decoder), a server that
+    /// refuses or fails (named), shares that do not agree (both possible servers named),
+    /// no answer within `deadline`.
+    pub fn encode(
+        &self,
+        name: &str,
+        sequences: &[(Vec<u32>, Vec<u32>)],
+        outputs: WireOutputs,
+        deadline: Duration,
+    ) -> Result<Encoded, ClientError> {
+        let model = self.model(name)?;
+        let info = model.encoder.ok_or_else(|| {
+            ClientError::Request(format!("model {name:?} is a decoder: generate with it"))
+        })?;
+        let bad = |m: String| ClientError::Request(m);
+        let batch = BertBatch::padded(sequences, 0).map_err(|e| bad(e.to_string()))?;
+        let lens: Vec<usize> = sequences.iter().map(|(ids, _)| ids.len()).collect();
+        if let Some(l) = lens.iter().find(|&&l| l == 0 || l > model.max_positions) {
+            return Err(bad(format!(
+                "a sequence of {l} tokens: the model takes 1 to {}",
+                model.max_positions
+            )));
+        }
+        if outputs == WireOutputs::default() {
+            return Err(bad("no output asked for".into()));
+        }
+        let sizes = outputs
+            .sizes(&lens, &info)
+            .ok_or_else(|| bad("the outputs' sizes overflow".into()))?;
+        let cols =
+            input_columns(&batch, model.vocab, info.token_types).map_err(|e| bad(e.to_string()))?;
+        let mut seeds = fresh_seeds()?;
+        let parts = deal_hot(
+            &cols,
+            cols.len() / 2,
+            2,
+            model.vocab + info.token_types,
+            &seeds,
+            0,
+        )
+        .map_err(|e| bad(e.to_string()));
+        seeds.zeroize();
+        let header = EncodeHeader {
+            session_id: fresh_session_id()?,
+            model: name.to_owned(),
+            lens,
+            outputs,
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        };
+        let parts = parts?;
+        let wait = deadline.saturating_add(Duration::from_secs(10));
+        let run = self.run_encode(&header, parts, sizes);
+        self.rt
+            .block_on(async { tokio::time::timeout(wait, run).await })
+            .map_err(|_| ClientError::Timeout(wait))?
+    }
+
+    async fn run_encode(
+        &self,
+        header: &EncodeHeader,
+        parts: [Dealt; 3],
+        sizes: [usize; 4],
+    ) -> Result<Encoded, ClientError> {
+        let start = Instant::now();
+        let mut conns = self.connect_all().await?;
+        let mut out = Encoded::default();
+        let request = Request::Encode(header.clone());
+        out.client_sent = send_all(&mut conns, |i| (&request, encode_dealt(&parts[i]))).await?;
+        drop(parts);
+        let total: usize = sizes.iter().sum();
+        let replies = next_replies(&mut conns).await?;
+        for (_, p, n) in &replies {
+            out.client_received += 12 + p.len() as u64 + *n;
+        }
+        let values = match replies.each_ref().map(|r| &r.0) {
+            [
+                Reply::Encoded { count },
+                Reply::Encoded { count: c1 },
+                Reply::Encoded { count: c2 },
+            ] if *count == total && *c1 == total && *c2 == total => {
+                reconstruct_replies(&replies, total)?
+            }
+            _ => {
+                return Err(ClientError::Disagree(
+                    "the servers did not all send the outputs asked for".into(),
+                ));
+            }
+        };
+        let fx = FixedPoint::default();
+        let mut at = 0;
+        let mut next = |n: usize| {
+            let v = values.get(at..at + n).map(|v| fx.decode_slice(v));
+            at += n;
+            v
+        };
+        let [h, p, l, e] = sizes;
+        out.hidden = next(h).filter(|_| header.outputs.hidden);
+        out.pooled = next(p).filter(|_| header.outputs.pooled);
+        out.logits = next(l).filter(|_| header.outputs.logits);
+        out.embeddings = next(e).filter(|_| header.outputs.embeddings);
+        let [ra, rb, rc] = next_replies(&mut conns).await?;
+        match (&ra.0, &rb.0, &rc.0) {
+            (
+                Reply::Done {
+                    rounds,
+                    bytes_sent: b0,
+                },
+                Reply::Done { bytes_sent: b1, .. },
+                Reply::Done { bytes_sent: b2, .. },
+            ) => {
+                out.rounds = *rounds;
+                out.server_bytes = [*b0, *b1, *b2];
+                out.total = start.elapsed();
+                Ok(out)
+            }
+            _ => Err(ClientError::Disagree(
+                "the servers did not all end the request".into(),
+            )),
+        }
+    }
+}
+
+/// Two fresh seeds from the OS.
+fn fresh_seeds() -> Result<[Seed; 2], ClientError> {
+    let mut seeds: [Seed; 2] = [[0; 32]; 2];
+    for s in &mut seeds {
+        OsRng
+            .try_fill_bytes(s)
+            .map_err(|e| ClientError::Config(format!("no OS randomness: {e}")))?;
+    }
+    Ok(seeds)
+}
+
+/// A fresh random session id.
+fn fresh_session_id() -> Result<u64, ClientError> {
+    let mut id = [0u8; 8];
+    OsRng
+        .try_fill_bytes(&mut id)
+        .map_err(|e| ClientError::Config(format!("no OS randomness: {e}")))?;
+    Ok(u64::from_le_bytes(id))
+}
+
+/// The values the three servers' replies (P0's, P1's, P2's) carry shares of, `n` each,
+/// checked: every component's two copies must agree.
+fn reconstruct_replies(
+    replies: &[(Reply, Vec<u8>, u64); 3],
+    n: usize,
+) -> Result<Vec<u64>, ClientError> {
+    let decode = |i: usize, party| {
+        decode_components(&replies[i].1, n).map_err(|error| ClientError::Protocol { party, error })
+    };
+    let (x0, x1) = decode(0, PartyId::P0)?;
+    let (y1, y2) = decode(1, PartyId::P1)?;
+    let (z2, z0) = decode(2, PartyId::P2)?;
+    dealing::reconstruct([(&x0, &x1), (&y1, &y2), (&z2, &z0)]).map_err(ClientError::Mismatch)
 }
 
 /// Sends `msg(i)` to server `i`, all three at once; payloads are wiped after.

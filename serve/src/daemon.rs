@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use puma_core::PartyId;
-use puma_layers::nn::upload::DealtTensor;
-use puma_layers::nn::{DecoderSpec, Delivered, Delivery, SecureSettings};
+use puma_core::dealing::Dealt;
+use puma_layers::nn::{Deliver, Delivered, Delivery, SecureSettings};
 use puma_layers::store::ModelHash;
+use puma_layers::upload::DealtTensor;
 use puma_transports::mux::{Mux, MuxOptions};
 use puma_transports::tcp::Endpoints;
 use puma_transports::tls::{Identity, Pins, service_server_config};
@@ -25,11 +26,14 @@ use tokio_rustls::server::TlsStream;
 use crate::cancel::{Cancel, Ended};
 use crate::config::{ConfigError, ServiceConfig, resolve};
 use crate::events::Log;
+use crate::model::plan_of;
 use crate::protocol::{
-    ErrorKind, GenerateHeader, ProtocolError, Reply, Request, UploadHeader, decode_dealt,
-    encode_components, read_message, write_message,
+    EncodeHeader, ErrorKind, GenerateHeader, ProtocolError, Reply, Request, UploadHeader,
+    decode_dealt, encode_components, read_message, write_message,
 };
-use crate::server::{GenerateRequest, ServeError, ServeOptions, Server};
+use crate::server::{
+    EncodeRequest, GenerateRequest, ServeError, ServeOptions, Server, SessionCost,
+};
 
 /// The file name of model `name`'s share store in a server's store folder.
 pub fn store_file(folder: &Path, name: &str) -> PathBuf {
@@ -388,6 +392,11 @@ async fn serve_connection(
                     return Ok(());
                 }
             }
+            Request::Encode(h) => {
+                if !serve_encode(daemon, h, payload, &mut rd, &mut wr).await? {
+                    return Ok(());
+                }
+            }
             Request::UploadBegin(h) => serve_upload(daemon, h, &mut rd, &mut wr).await?,
             Request::UploadTensor { .. } | Request::UploadEnd { .. } => {
                 let reply = error(ErrorKind::BadRequest, "an upload part outside an upload");
@@ -429,89 +438,168 @@ async fn serve_generate(
     rd: &mut Reader,
     wr: &mut Writer,
 ) -> Result<bool, ProtocolError> {
-    let log = daemon.log;
-    let fields = |h: &GenerateHeader| {
-        format!(
-            "session={} model={} prompts={} tokens={} max_new={} mode={:?}",
-            h.session_id,
-            h.model,
-            h.lens.len(),
-            h.lens.iter().sum::<usize>(),
-            h.max_new,
-            h.mode
-        )
-    };
-    if daemon.stopping.load(Ordering::SeqCst) {
-        write_message(
-            wr,
-            &error(ErrorKind::Busy, "the server is shutting down"),
-            &[],
-        )
-        .await?;
-        return Ok(false);
-    }
+    let fields = format!(
+        "session={} model={} prompts={} tokens={} max_new={} mode={:?}",
+        h.session_id,
+        h.model,
+        h.lens.len(),
+        h.lens.iter().sum::<usize>(),
+        h.max_new,
+        h.mode
+    );
     // The payload may hold at most the prompts' one-hot rows.
-    let vocab = daemon
+    let width = daemon
         .server
         .model_infos()
         .into_iter()
         .find(|m| m.name == h.model)
         .map(|m| m.vocab);
-    let Some(vocab) = vocab else {
-        let e = ServeError::UnknownModel(h.model.clone());
-        write_message(wr, &error_reply(&e), &[]).await?;
-        return Ok(true);
+    let Some(prompt) = dealt_input(daemon, &h.model, width, &h.lens, payload, wr).await? else {
+        return Ok(false);
     };
-    let rows = h
-        .lens
-        .iter()
-        .try_fold(0usize, |a, &l| a.checked_add(l))
-        .and_then(|t| t.checked_mul(vocab));
-    let prompt = match rows.map(|rows| decode_dealt(payload, rows)) {
-        Some(Ok(d)) => d,
-        _ => {
-            let reply = error(
-                ErrorKind::BadRequest,
-                "the dealt prompt does not fit the request",
-            );
-            write_message(wr, &reply, &[]).await?;
-            return Ok(false);
-        }
-    };
-    let decoding = h.decoding();
-    let limit = daemon.cfg.deadline;
-    let wanted = if h.deadline_ms == 0 {
-        limit
-    } else {
-        Duration::from_millis(h.deadline_ms).min(limit)
-    };
-    let cancel = Arc::new(Cancel::until(Instant::now() + wanted));
     let request = GenerateRequest {
         session_id: h.session_id,
         model: h.model.clone(),
         lens: h.lens.clone(),
-        decoding,
+        decoding: h.decoding(),
         prompt,
     };
-    log.info("request.start", &[("request", &fields(&h))]);
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Reply, Vec<u8>)>();
-    let deliver = Arc::new(move |d: Delivery| {
-        let (a, b) = d.shares.components();
-        let step = match d.what {
-            Delivered::StepIds { step } => Some(step),
-            Delivered::FinalIds => None,
-        };
-        let reply = Reply::Ids {
-            step,
+    let job = move |server: &Server, deliver, cancel: &Cancel| {
+        server
+            .generate(request, deliver, cancel)
+            .map(|(_, cost)| cost)
+    };
+    run_request(daemon, h.session_id, h.deadline_ms, &fields, job, rd, wr).await
+}
+
+/// Runs one encode request, sending this server's shares of the outputs to the client.
+/// Returns whether the connection can go on.
+async fn serve_encode(
+    daemon: &Arc<Daemon>,
+    h: EncodeHeader,
+    payload: Vec<u8>,
+    rd: &mut Reader,
+    wr: &mut Writer,
+) -> Result<bool, ProtocolError> {
+    let fields = format!(
+        "session={} model={} sequences={} tokens={} outputs={:?}",
+        h.session_id,
+        h.model,
+        h.lens.len(),
+        h.lens.iter().sum::<usize>(),
+        h.outputs
+    );
+    // The payload may hold at most the batch's one-hot rows.
+    let width = daemon
+        .server
+        .model_infos()
+        .into_iter()
+        .find(|m| m.name == h.model)
+        .map(|m| m.vocab + m.encoder.map_or(0, |e| e.token_types));
+    let Some(input) = dealt_input(daemon, &h.model, width, &h.lens, payload, wr).await? else {
+        return Ok(false);
+    };
+    let request = EncodeRequest {
+        session_id: h.session_id,
+        model: h.model.clone(),
+        lens: h.lens.clone(),
+        outputs: h.outputs.outputs(),
+        input,
+    };
+    let job =
+        move |server: &Server, deliver, cancel: &Cancel| server.encode(request, deliver, cancel);
+    run_request(daemon, h.session_id, h.deadline_ms, &fields, job, rd, wr).await
+}
+
+/// The client's dealt input of a request for model `name`, whose one-hot rows are
+/// `width` wide (`None`: no such model), read from `payload`; `None` once an error reply
+/// is sent.
+async fn dealt_input(
+    daemon: &Arc<Daemon>,
+    name: &str,
+    width: Option<usize>,
+    lens: &[usize],
+    payload: Vec<u8>,
+    wr: &mut Writer,
+) -> Result<Option<Dealt>, ProtocolError> {
+    if daemon.stopping.load(Ordering::SeqCst) {
+        let reply = error(ErrorKind::Busy, "the server is shutting down");
+        write_message(wr, &reply, &[]).await?;
+        return Ok(None);
+    }
+    let Some(width) = width else {
+        let e = ServeError::UnknownModel(name.to_owned());
+        write_message(wr, &error_reply(&e), &[]).await?;
+        return Ok(None);
+    };
+    let rows = lens
+        .iter()
+        .try_fold(0usize, |a, &l| a.checked_add(l))
+        .and_then(|t| t.checked_mul(width));
+    match rows.map(|rows| decode_dealt(payload, rows)) {
+        Some(Ok(d)) => Ok(Some(d)),
+        _ => {
+            let reply = error(
+                ErrorKind::BadRequest,
+                "the dealt input does not fit the request",
+            );
+            write_message(wr, &reply, &[]).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// The reply carrying one delivery of this server's shares to the client.
+fn delivery_reply(d: &Delivery) -> (Reply, Vec<u8>) {
+    let (a, b) = d.shares.components();
+    let reply = match d.what {
+        Delivered::StepIds { step } => Reply::Ids {
+            step: Some(step),
             count: a.len(),
-        };
+        },
+        Delivered::FinalIds => Reply::Ids {
+            step: None,
+            count: a.len(),
+        },
+        Delivered::Encoded => Reply::Encoded { count: a.len() },
+    };
+    (reply, encode_components(a, b))
+}
+
+/// Runs `job` (one request on the server, on a worker thread) to its end: its deliveries
+/// go to the client as they come, the client going away or the deadline ends it at all
+/// three servers, and its end is logged and answered. Returns whether the connection can
+/// go on.
+async fn run_request<J>(
+    daemon: &Arc<Daemon>,
+    session: u64,
+    deadline_ms: u64,
+    fields: &str,
+    job: J,
+    rd: &mut Reader,
+    wr: &mut Writer,
+) -> Result<bool, ProtocolError>
+where
+    J: FnOnce(&Server, Deliver, &Cancel) -> Result<SessionCost, ServeError> + Send + 'static,
+{
+    let log = daemon.log;
+    let limit = daemon.cfg.deadline;
+    let wanted = if deadline_ms == 0 {
+        limit
+    } else {
+        Duration::from_millis(deadline_ms).min(limit)
+    };
+    let cancel = Arc::new(Cancel::until(Instant::now() + wanted));
+    log.info("request.start", &[("request", &fields)]);
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Reply, Vec<u8>)>();
+    let deliver: Deliver = Arc::new(move |d: Delivery| {
         // A closed channel means the connection is gone; the cancel ends the session.
-        let _ = tx.send((reply, encode_components(a, b)));
+        let _ = tx.send(delivery_reply(&d));
     });
     let started = Instant::now();
     let mut job = {
         let (server, cancel) = (Arc::clone(&daemon.server), Arc::clone(&cancel));
-        tokio::task::spawn_blocking(move || server.generate(request, deliver, &cancel))
+        tokio::task::spawn_blocking(move || job(&server, deliver, &cancel))
     };
     let mut client_there = true;
     let result = loop {
@@ -538,39 +626,30 @@ async fn serve_generate(
     }
     let secs = format!("{:.3}", started.elapsed().as_secs_f64());
     let reply = match result {
-        Ok(Ok(gens)) => {
-            let rounds: u64 = gens
-                .first()
-                .map_or(0, |g| g.step_costs.iter().map(|(_, r)| u64::from(*r)).sum());
-            let bytes: u64 = gens
-                .first()
-                .map_or(0, |g| g.step_costs.iter().map(|(b, _)| *b).sum());
+        Ok(Ok(cost)) => {
             log.info(
                 "request.done",
                 &[
-                    ("session", &h.session_id),
+                    ("session", &session),
                     ("secs", &secs),
-                    ("rounds", &rounds),
-                    ("bytes", &bytes),
+                    ("rounds", &cost.rounds),
+                    ("bytes", &cost.bytes_sent),
                 ],
             );
             Reply::Done {
-                rounds,
-                bytes_sent: bytes,
+                rounds: cost.rounds,
+                bytes_sent: cost.bytes_sent,
             }
         }
         Ok(Err(e)) => {
             log.warn(
                 "request.failed",
-                &[("session", &h.session_id), ("secs", &secs), ("error", &e)],
+                &[("session", &session), ("secs", &secs), ("error", &e)],
             );
             error_reply(&e)
         }
         Err(e) => {
-            log.warn(
-                "request.failed",
-                &[("session", &h.session_id), ("error", &e)],
-            );
+            log.warn("request.failed", &[("session", &session), ("error", &e)]);
             error(ErrorKind::Internal, "the request's worker failed")
         }
     };
@@ -609,20 +688,13 @@ async fn serve_upload(
         ));
         return write_message(wr, &reply, &[]).await.map(drop);
     }
-    let planned = serde_json::from_str::<DecoderSpec>(&h.spec_json)
-        .map_err(|e| e.to_string())
-        .and_then(|s| s.plan().map_err(|e| e.to_string()));
-    let plan = match planned {
+    let plan = match plan_of(&h.arch, &h.spec_json) {
         Ok(p) if p.tensors().len() as u64 == h.tensors => p,
         Ok(_) => {
             let reply = refuse("the tensor count does not match the spec".into());
             return write_message(wr, &reply, &[]).await.map(drop);
         }
-        Err(e) => {
-            return write_message(wr, &refuse(format!("the spec: {e}")), &[])
-                .await
-                .map(drop);
-        }
+        Err(e) => return write_message(wr, &refuse(e), &[]).await.map(drop),
     };
     log.info(
         "upload.start",
@@ -664,14 +736,9 @@ async fn serve_upload(
     };
     let path = store_file(&daemon.store, &h.name);
     let installed = {
-        let (server, name, spec, path) = (
-            Arc::clone(&daemon.server),
-            h.name.clone(),
-            h.spec_json.clone(),
-            path.clone(),
-        );
+        let (server, h, path) = (Arc::clone(&daemon.server), h.clone(), path.clone());
         tokio::task::spawn_blocking(move || {
-            server.install_upload(&name, &spec, hash, tensors, &path)
+            server.install_upload(&h.name, &h.arch, &h.spec_json, hash, tensors, &path)
         })
         .await
     };

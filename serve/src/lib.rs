@@ -9,6 +9,7 @@
 //! ([`puma_layers::nn::ClientAt::Outside`]); no server learns the prompt or a token.
 //!
 //! - [`server`]: the [`Server`]: its models, requests and status.
+//! - [`model`]: what a server holds of a model (a decoder or an encoder).
 //! - [`admission`]: bounded concurrency with a bounded queue.
 //! - [`cancel`]: ending one request from outside (client gone, deadline).
 //! - [`protocol`]: the messages of clients and owners, and their framing.
@@ -23,8 +24,10 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod events;
+pub mod model;
 pub mod protocol;
 pub mod server;
 
 pub use admission::{Admission, Permit};
-pub use server::{GenerateRequest, ServeError, ServeOptions, Server};
+pub use model::ServedModel;
+pub use server::{EncodeRequest, GenerateRequest, ServeError, ServeOptions, Server, SessionCost};

@@ -30,7 +30,10 @@ pub enum Request {
     /// Generate from a dealt prompt; the payload is this server's [`Dealt`] part of the
     /// prompts' one-hot rows.
     Generate(GenerateHeader),
-    /// An owner starts uploading a decoder; [`Request::UploadTensor`]s follow, then
+    /// Run an encoder on a dealt batch; the payload is this server's [`Dealt`] part of the
+    /// batch's one-hot rows (word id and token type, two per row).
+    Encode(EncodeHeader),
+    /// An owner starts uploading a model; [`Request::UploadTensor`]s follow, then
     /// [`Request::UploadEnd`].
     UploadBegin(UploadHeader),
     /// One tensor of an upload, in the plan's order; the payload is this server's part.
@@ -96,6 +99,70 @@ impl GenerateHeader {
     }
 }
 
+/// An encode request's public part; all three servers receive the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeHeader {
+    /// The session id the three servers run the request under (fresh and random, chosen
+    /// by the client).
+    pub session_id: u64,
+    /// The model's name on the servers.
+    pub model: String,
+    /// The sequences' lengths (with their special tokens).
+    pub lens: Vec<usize>,
+    /// What the client learns.
+    pub outputs: WireOutputs,
+    /// The client's deadline for the whole request, in milliseconds from its arrival
+    /// (0: the server's own limit).
+    #[serde(default)]
+    pub deadline_ms: u64,
+}
+
+/// What an encode request returns, in this order when several are asked for (see
+/// `puma_layers::bert::secure::Outputs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireOutputs {
+    /// The encoder output of every token (`tokens × hidden`).
+    #[serde(default)]
+    pub hidden: bool,
+    /// The pooled output (`sequences × hidden`).
+    #[serde(default)]
+    pub pooled: bool,
+    /// The classification logits (`sequences × labels`).
+    #[serde(default)]
+    pub logits: bool,
+    /// Mean-pooled, L2-normalised sentence embeddings (`sequences × hidden`).
+    #[serde(default)]
+    pub embeddings: bool,
+}
+
+impl WireOutputs {
+    /// The outputs as the encoder takes them.
+    pub fn outputs(self) -> puma_layers::bert::secure::Outputs {
+        puma_layers::bert::secure::Outputs {
+            hidden: self.hidden,
+            pooled: self.pooled,
+            logits: self.logits,
+            embeddings: self.embeddings,
+        }
+    }
+
+    /// How many values each output asked for has, in delivery order, for `lens` and a
+    /// model with `info`; `None` if a size overflows.
+    pub fn sizes(self, lens: &[usize], info: &EncoderInfo) -> Option<[usize; 4]> {
+        let tokens = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l))?;
+        let b = lens.len();
+        let on = |want: bool, n: Option<usize>| if want { n } else { Some(0) };
+        Some([
+            on(self.hidden, tokens.checked_mul(info.hidden))?,
+            on(self.pooled, b.checked_mul(info.hidden))?,
+            on(self.logits, b.checked_mul(info.labels))?,
+            on(self.embeddings, b.checked_mul(info.hidden))?,
+        ])
+    }
+}
+
 /// The output modes an outside client can use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -129,7 +196,9 @@ pub struct WireSampling {
 pub struct UploadHeader {
     /// The name the model is served under.
     pub name: String,
-    /// The serialised decoder spec.
+    /// The architecture: `"decoder"` (GPT-2, LLaMA) or `"bert"` (BERT, RoBERTa).
+    pub arch: String,
+    /// The serialised spec of the architecture.
     pub spec_json: String,
     /// How many tensors follow.
     pub tensors: u64,
@@ -144,6 +213,12 @@ pub enum Reply {
         /// The generation step (0 = the prompt), or `None` for all ids at the end.
         step: Option<usize>,
         /// How many ids.
+        count: usize,
+    },
+    /// This server's shares of an encoder's outputs (fixed point); the payload holds its
+    /// two components.
+    Encoded {
+        /// How many values.
         count: usize,
     },
     /// The request ended well.
@@ -225,6 +300,23 @@ pub struct ModelInfo {
     pub vocab: usize,
     /// The longest sequence (prompt and generated tokens).
     pub max_positions: usize,
+    /// For an encoder, what its inputs and outputs are; `None` for a decoder.
+    #[serde(default)]
+    pub encoder: Option<EncoderInfo>,
+}
+
+/// An encoder's public facts beyond its vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncoderInfo {
+    /// Token types (segment ids).
+    pub token_types: usize,
+    /// Width of the hidden states and embeddings.
+    pub hidden: usize,
+    /// Whether it has a pooler.
+    pub pooler: bool,
+    /// Classification labels (0: no classifier).
+    pub labels: usize,
 }
 
 /// Why a message could not be read or written.
@@ -439,7 +531,8 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The payload of a server's shares of `n` ids: its two components, one after the other.
+/// The payload of a server's shares of `n` values (ids, or an encoder's outputs): its two
+/// components, one after the other.
 pub fn encode_components(first: &[u64], second: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity((first.len() + second.len()) * 8);
     for x in first.iter().chain(second) {
@@ -448,14 +541,14 @@ pub fn encode_components(first: &[u64], second: &[u64]) -> Vec<u8> {
     out
 }
 
-/// Reads a payload of [`encode_components`] holding `n` ids.
+/// Reads a payload of [`encode_components`] holding `n` values.
 ///
 /// # Errors
 /// [`ProtocolError::Payload`] if its length is not that of two vectors of `n`.
 pub fn decode_components(payload: &[u8], n: usize) -> Result<(Vec<u64>, Vec<u64>), ProtocolError> {
     if Some(payload.len()) != n.checked_mul(16) {
         return Err(ProtocolError::Payload(
-            "the shares do not hold the announced number of ids",
+            "the shares do not hold the announced number of values",
         ));
     }
     let mut at = Cursor(payload);

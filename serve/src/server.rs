@@ -1,33 +1,27 @@
-//! A computing server: the shared models it holds, the generation requests of outside
-//! clients it runs (each its own session over the [`Mux`]), and its status.
+//! A computing server: the shared models it holds, the requests of outside clients it
+//! runs (each its own session over the [`Mux`]), and its status.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use std::path::Path;
-
 use puma_core::dealing::{Dealt, Span};
-use puma_core::{Config, FixedPoint, PartyId, Session};
-use puma_layers::nn::upload::{DealtTensor, assemble_decoder, spec_json};
-use puma_layers::nn::{
-    ClientAt, DecoderSpec, Decoding, Deliver, Generation, SecureSettings, SharedDecoder,
-    generate_batch,
-};
+use puma_core::{Config, Ctx, FixedPoint, PartyId, Session, Shares};
+use puma_layers::bert::secure::{BatchShape, Outputs, run_observed};
+use puma_layers::nn::{ClientAt, Decoding, Deliver, Generation, SecureSettings, generate_batch};
 use puma_layers::store::{self, Expect, ModelHash, StoreError, StoreHeader};
+use puma_layers::upload::DealtTensor;
 use puma_transports::mux::Mux;
 use puma_transports::{TransportError, drive};
 use rand_core::{OsRng, TryRngCore};
 
 use crate::admission::{Admission, Refused};
 use crate::cancel::{Cancel, Guarded};
+use crate::model::ServedModel;
 use crate::protocol::{ModelInfo, StatusReport};
-
-/// The architecture name of a decoder's share store: its config is the serialised
-/// [`DecoderSpec`], whatever the checkpoint's own config format (GPT-2's `config.json`,
-/// LLaMA's GGUF metadata).
-pub const DECODER_ARCH: &str = "decoder";
 
 /// Limits of a server.
 #[derive(Clone, Debug)]
@@ -74,6 +68,32 @@ pub struct GenerateRequest {
     pub prompt: Dealt,
 }
 
+/// One encode request of an outside client (an encoder's outputs for a batch), as one
+/// server receives it.
+#[derive(Debug)]
+pub struct EncodeRequest {
+    /// The request's session id (as for [`GenerateRequest`]).
+    pub session_id: u64,
+    /// The model's name on the servers.
+    pub model: String,
+    /// The sequences' lengths (public).
+    pub lens: Vec<usize>,
+    /// What the client learns.
+    pub outputs: Outputs,
+    /// This server's part of the batch's one-hot rows (word id and token type per token),
+    /// dealt by the client ([`puma_layers::nn::client::deal_hot`]).
+    pub input: Dealt,
+}
+
+/// What a request cost this server's session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionCost {
+    /// Rounds.
+    pub rounds: u64,
+    /// Payload bytes this server sent to the other two.
+    pub bytes_sent: u64,
+}
+
 /// Why a server did not serve a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -107,9 +127,9 @@ pub enum ServeError {
     /// the reason: another party, another model, corrupt, ...).
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A store that reads but does not hold a decoder this server can run.
+    /// A store that reads but does not hold a model this server can run.
     #[error("{path}: {reason}")]
-    NotADecoder {
+    NotAModel {
         /// The store.
         path: String,
         /// What is wrong.
@@ -140,7 +160,7 @@ pub struct Server {
     me: PartyId,
     /// The connections to the other servers; `None` while they are re-established.
     peers: RwLock<Option<Arc<Mux>>>,
-    models: RwLock<BTreeMap<String, Arc<SharedDecoder>>>,
+    models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
     admission: Admission,
     opts: ServeOptions,
     counters: Counters,
@@ -216,7 +236,8 @@ impl Server {
     ///
     /// # Errors
     /// [`ServeError::OtherParty`] if the shares are another party's.
-    pub fn add_model(&self, name: &str, model: SharedDecoder) -> Result<(), ServeError> {
+    pub fn add_model(&self, name: &str, model: impl Into<ServedModel>) -> Result<(), ServeError> {
+        let model = model.into();
         if model.party() != self.me() {
             return Err(ServeError::OtherParty {
                 found: model.party(),
@@ -236,17 +257,13 @@ impl Server {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(name, m)| ModelInfo {
-                name: name.clone(),
-                vocab: m.spec().vocab,
-                max_positions: m.spec().max_positions,
-            })
+            .map(|(name, m)| m.info(name))
             .collect()
     }
 
-    /// Assembles an owner's upload (the spec it announced and this server's part of
-    /// every tensor, in plan order), loads it under `name` and saves it to a share store
-    /// at `store` with the owner's content hash.
+    /// Assembles an owner's upload (the architecture and spec it announced and this
+    /// server's part of every tensor, in plan order), loads it under `name` and saves it
+    /// to a share store at `store` with the owner's content hash.
     ///
     /// # Errors
     /// [`ServeError::Upload`] if the parts do not assemble into the spec's model;
@@ -254,21 +271,20 @@ impl Server {
     pub fn install_upload(
         &self,
         name: &str,
+        arch: &str,
         spec_json: &str,
         model_hash: ModelHash,
         tensors: Vec<DealtTensor>,
         store: &Path,
     ) -> Result<(), ServeError> {
-        let spec: DecoderSpec = serde_json::from_str(spec_json)
-            .map_err(|e| ServeError::Upload(format!("the spec does not parse: {e}")))?;
-        let model = assemble_decoder(self.me(), spec, tensors)
-            .map_err(|e| ServeError::Upload(e.to_string()))?;
+        let model = ServedModel::assemble(self.me(), arch, spec_json, tensors)
+            .map_err(ServeError::Upload)?;
         self.add_model(name, model)?;
         self.save_model(name, store, model_hash)
     }
 
     /// Model `name`.
-    fn model(&self, name: &str) -> Result<Arc<SharedDecoder>, ServeError> {
+    fn model(&self, name: &str) -> Result<Arc<ServedModel>, ServeError> {
         self.models
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -290,83 +306,185 @@ impl Server {
         model_hash: ModelHash,
     ) -> Result<(), ServeError> {
         let model = self.model(name)?;
-        let not_decoder = |reason: String| ServeError::NotADecoder {
+        let not_model = |reason: String| ServeError::NotAModel {
             path: path.display().to_string(),
             reason,
         };
-        let config_json = spec_json(model.spec()).map_err(|e| not_decoder(e.to_string()))?;
         let header = StoreHeader {
             party: self.me(),
             frac_bits: FixedPoint::default().frac_bits(),
-            arch: DECODER_ARCH.into(),
-            config_json,
+            arch: model.arch().into(),
+            config_json: model.spec_json().map_err(|e| not_model(e.to_string()))?,
             model_hash,
         };
-        let tensors = model.tensors().map_err(|e| not_decoder(e.to_string()))?;
+        let tensors = model.tensors().map_err(|e| not_model(e.to_string()))?;
         store::write(path, &header, &tensors)?;
         Ok(())
     }
 
     /// Loads model `name` from this server's share store at `path`, refusing a store of
-    /// another party, another fixed-point format, not of a decoder, or (with
-    /// `model_hash`) of another model. Returns the store's header.
+    /// another party, another fixed-point format, of a model this server cannot run, or
+    /// (with `model_hash`) of another model. Returns the store's header.
     ///
     /// # Errors
-    /// [`ServeError::Store`] naming the file and the reason; [`ServeError::NotADecoder`]
-    /// for a spec that does not parse or tensors that do not fit it.
+    /// [`ServeError::Store`] naming the file and the reason; [`ServeError::NotAModel`]
+    /// for an unknown architecture, a spec that does not parse or tensors that do not fit
+    /// it.
     pub fn load_store(
         &self,
         name: &str,
         path: &Path,
         model_hash: Option<ModelHash>,
     ) -> Result<StoreHeader, ServeError> {
-        let mut expect = Expect::party(self.me(), FixedPoint::default()).arch(DECODER_ARCH);
+        let mut expect = Expect::party(self.me(), FixedPoint::default());
         if let Some(h) = model_hash {
             expect = expect.model(h);
         }
         let (header, tensors) = store::read(path, &expect)?;
-        let not_decoder = |reason: String| ServeError::NotADecoder {
-            path: path.display().to_string(),
-            reason,
-        };
-        let spec: DecoderSpec =
-            serde_json::from_str(&header.config_json).map_err(|e| not_decoder(e.to_string()))?;
-        let plan = spec.plan().map_err(|e| not_decoder(e.to_string()))?;
-        tensors
-            .check(&plan)
-            .map_err(|e| not_decoder(e.to_string()))?;
-        let model =
-            SharedDecoder::from_tensors(spec, tensors).map_err(|e| not_decoder(e.to_string()))?;
+        let model = ServedModel::from_store(&header.arch, &header.config_json, tensors).map_err(
+            |reason| ServeError::NotAModel {
+                path: path.display().to_string(),
+                reason,
+            },
+        )?;
         self.add_model(name, model)?;
         Ok(header)
     }
 
-    /// Runs one request to its end: waits for a slot, then generates on shares with the
-    /// other two servers, handing this server's shares of every token to `deliver` as
-    /// they are produced. Returns this server's view (no ids: it learns none).
+    /// Runs one generation request to its end: waits for a slot, then generates on shares
+    /// with the other two servers, handing this server's shares of every token to
+    /// `deliver` as they are produced. Returns this server's view (no ids: it learns
+    /// none) and what the session cost.
     ///
     /// # Errors
-    /// [`ServeError`]: unknown model, a request that does not fit it, a full queue, no
-    /// slot in time, or a failed session (naming the peer or the cause).
+    /// [`ServeError`]: unknown model (or an encoder), a request that does not fit it, a
+    /// full queue, no slot in time, or a failed session (naming the peer or the cause).
     pub fn generate(
         &self,
         request: GenerateRequest,
         deliver: Deliver,
         cancel: &Cancel,
-    ) -> Result<Vec<Generation>, ServeError> {
+    ) -> Result<(Vec<Generation>, SessionCost), ServeError> {
         let model = self.model(&request.model)?;
+        let ServedModel::Decoder(decoder) = &*model else {
+            return Err(ServeError::BadRequest(
+                "the model is an encoder: ask it to encode, not to generate",
+            ));
+        };
+        let rows = request
+            .lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .and_then(|t| t.checked_mul(decoder.spec().vocab))
+            .ok_or(ServeError::BadRequest("the prompt lengths overflow"))?;
+        let (lens, decoding, settings) = (request.lens, request.decoding, self.opts.settings);
+        let held = Arc::clone(&model);
+        self.run_session(
+            request.session_id,
+            request.prompt,
+            rows,
+            "the dealt prompt does not match the prompt lengths",
+            cancel,
+            move |mut ctx, prompt_hot| async move {
+                let ServedModel::Decoder(model) = &*held else {
+                    return Err(puma_core::Error::bug("the model changed its kind"));
+                };
+                let client = ClientAt::Outside {
+                    prompt_hot,
+                    deliver,
+                };
+                generate_batch(
+                    &mut ctx, model, client, None, &lens, &decoding, &settings, None, None,
+                )
+                .await
+            },
+        )
+    }
+
+    /// Runs one encode request to its end: waits for a slot, then runs the encoder on
+    /// shares with the other two servers and hands this server's shares of the outputs
+    /// the client asked for to `deliver`. Returns what the session cost.
+    ///
+    /// # Errors
+    /// As [`Server::generate`] (a decoder is refused).
+    pub fn encode(
+        &self,
+        request: EncodeRequest,
+        deliver: Deliver,
+        cancel: &Cancel,
+    ) -> Result<SessionCost, ServeError> {
+        let model = self.model(&request.model)?;
+        let ServedModel::Encoder(encoder) = &*model else {
+            return Err(ServeError::BadRequest(
+                "the model is a decoder: ask it to generate, not to encode",
+            ));
+        };
+        let cfg = encoder.config();
+        let shape = BatchShape::right_padded(&request.lens);
+        let fits = !request.lens.is_empty()
+            && request.lens.iter().all(|&l| l > 0 && l <= cfg.max_len())
+            && (!request.outputs.logits || encoder.heads().labels > 0)
+            && (!request.outputs.pooled || encoder.heads().pooler);
+        if !fits {
+            return Err(ServeError::BadRequest(
+                "the sequences or the outputs asked for do not fit the model",
+            ));
+        }
+        let rows = request
+            .lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .and_then(|t| t.checked_mul(cfg.vocab_size + cfg.type_vocab_size))
+            .ok_or(ServeError::BadRequest("the sequence lengths overflow"))?;
+        let (outputs, settings) = (request.outputs, self.opts.settings);
+        let held = Arc::clone(&model);
+        self.run_session(
+            request.session_id,
+            request.input,
+            rows,
+            "the dealt input does not match the sequence lengths",
+            cancel,
+            move |mut ctx, prompt_hot| async move {
+                let ServedModel::Encoder(model) = &*held else {
+                    return Err(puma_core::Error::bug("the model changed its kind"));
+                };
+                let client = ClientAt::Outside {
+                    prompt_hot,
+                    deliver,
+                };
+                run_observed(
+                    &mut ctx, model, client, None, &shape, outputs, &settings, None,
+                )
+                .await
+                .map(drop)
+            },
+        )
+        .map(|((), cost)| cost)
+    }
+
+    /// The part of every request that does not depend on the model: a slot, the client's
+    /// dealt input (`rows` values) as this server's shares, a session with fresh OS
+    /// entropy driven over the peers' link until it ends or `cancel` ends it, and the
+    /// counters.
+    fn run_session<T, F, Fut>(
+        &self,
+        session_id: u64,
+        input: Dealt,
+        rows: usize,
+        mismatch: &'static str,
+        cancel: &Cancel,
+        task: F,
+    ) -> Result<(T, SessionCost), ServeError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Ctx, Shares) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, puma_core::Error>> + Send + 'static,
+    {
         let peers = self.peers()?;
         let down = peers.gone();
         if !down.is_empty() {
             return Err(ServeError::PeersDown(down));
         }
-        let vocab = model.spec().vocab;
-        let rows = request
-            .lens
-            .iter()
-            .try_fold(0usize, |a, &l| a.checked_add(l))
-            .and_then(|t| t.checked_mul(vocab))
-            .ok_or(ServeError::BadRequest("the prompt lengths overflow"))?;
         let _permit = self
             .admission
             .admit(self.opts.queue_wait)
@@ -377,53 +495,42 @@ impl Server {
                 Refused::Timeout => ServeError::QueueTimeout(self.opts.queue_wait),
             })?;
         let me = self.me();
-        let prompt_hot = request
-            .prompt
+        let input = input
             .into_shares(me, rows, Span::whole(0))
-            .map_err(|_| {
-                ServeError::BadRequest("the dealt prompt does not match the prompt lengths")
-            })?;
+            .map_err(|_| ServeError::BadRequest(mismatch))?;
         let mut entropy = [0u8; 32];
         OsRng
             .try_fill_bytes(&mut entropy)
             .map_err(|e| ServeError::Entropy(e.to_string()))?;
-        let (lens, decoding, settings) = (request.lens, request.decoding, self.opts.settings);
-        let session = Session::new(
-            Config::new(request.session_id),
-            me,
-            entropy,
-            move |mut ctx| async move {
-                let client = ClientAt::Outside {
-                    prompt_hot,
-                    deliver,
-                };
-                generate_batch(
-                    &mut ctx, &model, client, None, &lens, &decoding, &settings, None, None,
-                )
-                .await
-            },
-        );
+        let session = Session::new(Config::new(session_id), me, entropy, move |ctx| {
+            task(ctx, input)
+        });
+        let mut cost = SessionCost::default();
         let result = session
             .map_err(TransportError::from)
             .and_then(|mut session| {
-                let link = Guarded::new(peers.open(request.session_id)?, cancel);
+                let link = Guarded::new(peers.open(session_id)?, cancel);
                 let r = drive(&mut session, link, self.opts.peer_timeout);
                 let stats = session.stats();
-                self.counters
-                    .rounds
-                    .fetch_add(u64::from(stats.rounds), Ordering::Relaxed);
-                self.counters
-                    .bytes
-                    .fetch_add(stats.payload_bytes_total(), Ordering::Relaxed);
+                cost = SessionCost {
+                    rounds: u64::from(stats.rounds),
+                    bytes_sent: stats.payload_bytes_total(),
+                };
                 r
             });
+        self.counters
+            .rounds
+            .fetch_add(cost.rounds, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(cost.bytes_sent, Ordering::Relaxed);
         let counter = if result.is_ok() {
             &self.counters.served
         } else {
             &self.counters.failed
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(result?)
+        Ok((result?, cost))
     }
 
     /// What the server is doing now, for its operator.

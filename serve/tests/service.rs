@@ -1,6 +1,7 @@
 //! Three servers on 127.0.0.1 (TCP+TLS, one connection per pair) hold the Shakespeare
 //! GPT-2's shares, shared once; outside clients deal their prompts and get the reference
-//! greedy ids, several requests at once; the servers learn no id.
+//! greedy ids, several requests at once; the servers learn no id. An owner deals a BERT
+//! encoder the same way, and outside clients get its outputs.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -10,13 +11,18 @@ use std::thread;
 use puma_core::dealing;
 use puma_core::dealing::Component;
 use puma_core::{Config, FixedPoint, PartyId};
+use puma_layers::bert::plain::mean_pool_normalized;
+use puma_layers::bert::secure::{Outputs, input_columns};
+use puma_layers::bert::{BertBatch, PlainBert, load_bert};
 use puma_layers::gpt2::weights::load_gpt2;
-use puma_layers::nn::client::{OutsideTokens, deal_prompts};
-use puma_layers::nn::upload::{DealtTensor, assemble_decoder, deal_decoder};
+use puma_layers::nn::client::{OutsideTokens, deal_hot, deal_prompts};
 use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
 use puma_layers::store::{ModelHash, StoreError};
+use puma_layers::upload::{
+    DealtTensor, assemble_decoder, assemble_encoder, deal_decoder, deal_encoder,
+};
 use puma_serve::cancel::Cancel;
-use puma_serve::{GenerateRequest, ServeError, ServeOptions, Server};
+use puma_serve::{EncodeRequest, GenerateRequest, ServeError, ServeOptions, Server};
 use puma_transports::loopback::{LocalNet, Network};
 use puma_transports::mem;
 use puma_transports::mux::MuxOptions;
@@ -148,7 +154,7 @@ fn request(
     drop(tx);
     for r in results {
         // The servers learn no id.
-        assert!(r?.iter().all(|g| g.ids.is_empty()));
+        assert!(r?.0.iter().all(|g| g.ids.is_empty()));
     }
     let mut by_party: [Vec<Delivered3>; 3] = Default::default();
     for (p, what, a, b) in rx {
@@ -164,6 +170,7 @@ fn request(
                 view.step(&ids).unwrap();
             }
             Delivered::FinalIds => view.finish(&ids).unwrap(),
+            Delivered::Encoded => panic!("a decoder delivered an encoder's outputs"),
         }
     }
     assert!(view.done());
@@ -368,4 +375,202 @@ fn copy(t: &DealtTensor) -> DealtTensor {
         len: t.len,
         dealt: t.dealt.clone(),
     }
+}
+
+const TINY_BERT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/bert-tiny-random");
+const ENCODER: &str = "tiny-bert";
+
+/// The reference file's padded batch of bert-tiny-random as each sequence's real ids and
+/// token types, and the reference's hidden states (real tokens only, in batch order),
+/// pooled output and logits.
+type EncoderCase = (Vec<(Vec<u32>, Vec<u32>)>, Vec<f64>, Vec<f64>, Vec<f64>);
+
+fn encoder_case() -> EncoderCase {
+    let bytes = std::fs::read(format!("{TINY_BERT}/reference.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let ints = |name: &str| -> Vec<u32> {
+        st.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
+            .collect()
+    };
+    let floats = |name: &str| -> Vec<f64> {
+        st.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+            .collect()
+    };
+    let (ids, types, mask) = (
+        ints("batch.input_ids"),
+        ints("batch.token_type_ids"),
+        ints("batch.attention_mask"),
+    );
+    let hidden = floats("batch.last_hidden_state");
+    let (seq_len, d) = (17, 64);
+    let mut seqs = Vec::new();
+    let mut real_hidden = Vec::new();
+    for b in 0..4 {
+        let row = b * seq_len..(b + 1) * seq_len;
+        let len = mask[row.clone()].iter().filter(|&&m| m == 1).count();
+        // Right padding: the real tokens come first.
+        assert!(mask[row.start..row.start + len].iter().all(|&m| m == 1));
+        seqs.push((
+            ids[row.start..row.start + len].to_vec(),
+            types[row.start..row.start + len].to_vec(),
+        ));
+        real_hidden.extend_from_slice(&hidden[row.start * d..(row.start + len) * d]);
+    }
+    (
+        seqs,
+        real_hidden,
+        floats("batch.pooler_output"),
+        floats("batch.logits"),
+    )
+}
+
+/// One encode request through the three servers: the values the client reconstructs.
+fn encode_request(
+    servers: &[Arc<Server>; 3],
+    id: u64,
+    seqs: &[(Vec<u32>, Vec<u32>)],
+    outputs: Outputs,
+) -> Vec<f64> {
+    let (vocab, types) = (30522, 2);
+    let batch = BertBatch::padded(seqs, 0).unwrap();
+    let cols = input_columns(&batch, vocab, types).unwrap();
+    let seeds = [[id as u8; 32], [(id as u8).wrapping_add(5); 32]];
+    let dealt = deal_hot(&cols, cols.len() / 2, 2, vocab + types, &seeds, 0).unwrap();
+    let lens: Vec<usize> = seqs.iter().map(|(ids, _)| ids.len()).collect();
+    let got: Vec<(Delivered, Vec<u64>, Vec<u64>)> = thread::scope(|s| {
+        let hs: Vec<_> = servers
+            .iter()
+            .zip(dealt)
+            .map(|(server, input)| {
+                let req = EncodeRequest {
+                    session_id: id,
+                    model: ENCODER.into(),
+                    lens: lens.clone(),
+                    outputs,
+                    input,
+                };
+                s.spawn(move || {
+                    let (tx, rx) = mpsc::channel();
+                    let tx = Mutex::new(tx);
+                    let deliver = Arc::new(move |d: Delivery| {
+                        let (a, b) = d.shares.components();
+                        let _ = tx.lock().unwrap().send((d.what, a.to_vec(), b.to_vec()));
+                    });
+                    let cost = server.encode(req, deliver, &Cancel::until(far())).unwrap();
+                    assert!(cost.rounds > 0);
+                    let one: Vec<_> = rx.try_iter().collect();
+                    assert_eq!(one.len(), 1, "one delivery per request");
+                    one.into_iter().next().unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(got.iter().all(|g| g.0 == Delivered::Encoded));
+    let values = dealing::reconstruct([part(&got[0]), part(&got[1]), part(&got[2])]).unwrap();
+    FixedPoint::default().decode_slice(&values)
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn an_owner_deals_an_encoder_and_the_servers_run_it_and_restart_from_their_stores() {
+    let (cfg, w) = load_bert(Path::new(TINY_BERT)).unwrap();
+    let plain = PlainBert::new(cfg.clone(), w.clone());
+    let mut parts: [Vec<DealtTensor>; 3] = Default::default();
+    let (spec, hash) = deal_encoder(&cfg, &w, FixedPoint::default(), &[[1; 32], [2; 32]], |t| {
+        for (p, t) in t.into_iter().enumerate() {
+            parts[p].push(t);
+        }
+        Ok(())
+    })
+    .unwrap();
+    drop(w); // the owner is gone
+    let servers = connect(&ServeOptions::default());
+    for ((s, t), p) in servers.iter().zip(parts).zip(PartyId::ALL) {
+        s.add_model(ENCODER, assemble_encoder(p, spec.clone(), t).unwrap())
+            .unwrap();
+    }
+    let (seqs, hidden, pooled, logits) = encoder_case();
+    let all = Outputs {
+        hidden: true,
+        pooled: true,
+        logits: true,
+        embeddings: true,
+    };
+    let got = encode_request(&servers, 31, &seqs, all);
+    let (h, rest) = got.split_at(hidden.len());
+    let (p, rest) = rest.split_at(pooled.len());
+    let (l, e) = rest.split_at(logits.len());
+    let batch = BertBatch::padded(&seqs, 0).unwrap();
+    let want_e = mean_pool_normalized(
+        plain.forward(&batch).unwrap().last_hidden_state.view(),
+        &batch,
+    );
+    let want_e: Vec<f64> = want_e.iter().copied().collect();
+    let (dh, dp, dl, de) = (
+        max_diff(h, &hidden),
+        max_diff(p, &pooled),
+        max_diff(l, &logits),
+        max_diff(e, &want_e),
+    );
+    eprintln!(
+        "tiny bert through the servers: hidden {dh:.2e} pooled {dp:.2e} logits {dl:.2e} embeddings {de:.2e}"
+    );
+    // The bounds of the in-process secure run against the same reference (puma-layers'
+    // bert_secure tests).
+    assert!(dh <= 5e-3 && dp <= 5e-3 && dl <= 5e-4 && de <= 5e-3);
+    // A decoder request to an encoder is refused before any session.
+    let err = servers[0]
+        .generate(
+            GenerateRequest {
+                session_id: 5,
+                model: ENCODER.into(),
+                lens: vec![2],
+                decoding: Decoding::new(1, OutputMode::SecureArgmax),
+                prompt: deal_prompts(&[vec![1, 2]], 30522, &[[0; 32], [1; 32]], 0).unwrap()[0]
+                    .clone(),
+            },
+            Arc::new(|_| {}),
+            &Cancel::until(far()),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("encoder"), "{err}");
+
+    // The servers save their shares and restart from them, the owner long gone.
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: usize| dir.path().join(format!("tiny-bert.p{p}.store"));
+    for (p, s) in servers.iter().enumerate() {
+        s.save_model(ENCODER, &path(p), hash).unwrap();
+    }
+    drop(servers);
+    let servers = connect(&ServeOptions::default());
+    for (p, s) in servers.iter().enumerate() {
+        assert_eq!(
+            s.load_store(ENCODER, &path(p), Some(hash)).unwrap().arch,
+            "bert"
+        );
+    }
+    let info = &servers[2].model_infos()[0];
+    assert_eq!((info.vocab, info.encoder.unwrap().labels), (30522, 2));
+    let embeddings = Outputs {
+        embeddings: true,
+        ..Outputs::default()
+    };
+    let e = encode_request(&servers, 32, &seqs, embeddings);
+    assert!(max_diff(&e, &want_e) <= 5e-3);
 }

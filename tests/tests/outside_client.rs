@@ -139,6 +139,7 @@ fn client_view(delivered: &[Deliveries; 3], decoding: &Decoding) -> OutsideToken
                 view.step(&ids).unwrap();
             }
             Delivered::FinalIds => view.finish(&ids).unwrap(),
+            Delivered::Encoded => panic!("a decoder delivered an encoder's outputs"),
         }
     }
     assert!(view.done());

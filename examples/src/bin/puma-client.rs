@@ -6,14 +6,19 @@
 //! puma-client --config svc/service.toml upload --name shakespeare --model models/gpt2-shakespeare
 //! puma-client --config svc/service.toml generate --model shakespeare \
 //!     --tokenizer models/gpt2-shakespeare --prompt "JULIET:" --max-new-tokens 12
+//! puma-client --config svc/service.toml upload --name minilm --model target/models/minilm-l6
+//! puma-client --config svc/service.toml encode --model minilm \
+//!     --tokenizer target/models/minilm-l6 --sentence "A man is eating food."
 //! ```
 //!
 //! `generate` tokenizes locally, deals the prompt to the three servers (two seeds and one
 //! correction vector; no server learns it), prints each token as the servers' shares of it
 //! arrive and agree, and stops at the model's end-of-sequence ids (from `--tokenizer`'s
-//! `generation_config.json`, `config.json` or GGUF metadata). `upload` deals a GPT-2 or
-//! LLaMA checkpoint (Hugging Face directory or GGUF file) to the servers, which keep their
-//! parts in their share stores; the owner can then go offline. Exit status: 0 on success,
+//! `generation_config.json`, `config.json` or GGUF metadata). `encode` runs a BERT /
+//! RoBERTa encoder the same way on sentences and prints what it asked for (sentence
+//! embeddings by default). `upload` deals a GPT-2, LLaMA or BERT / RoBERTa checkpoint
+//! (Hugging Face directory or GGUF file) to the servers, which keep their parts in their
+//! share stores; the owner can then go offline. Exit status: 0 on success,
 //! 1 when a server refuses or fails the request (the message names it), 2 for a bad
 //! command line, configuration, model or prompt.
 
@@ -30,7 +35,7 @@ use puma_runner::checkpoint::{self, ModelKind};
 use puma_runner::random_gpt2::{RandomShape, random_gpt2};
 use puma_serve::client::{ClientError, GenerateOptions, ServiceClient};
 use puma_serve::config::ServiceConfig;
-use puma_serve::protocol::{WireMode, WireSampling};
+use puma_serve::protocol::{WireMode, WireOutputs, WireSampling};
 
 /// A client of the secure inference service, and the owner's upload.
 #[derive(Parser, Debug)]
@@ -74,6 +79,9 @@ enum Command {
     },
     /// Generate text from a prompt on the servers; only this client learns it.
     Generate(GenerateArgs),
+    /// Run an encoder (BERT, RoBERTa) on sentences on the servers; only this client
+    /// learns the result.
+    Encode(EncodeArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -84,6 +92,47 @@ enum Arch {
     Gpt2,
     /// LLaMA-style decoders.
     Llama,
+    /// BERT / RoBERTa encoders.
+    Bert,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Mean-pooled, L2-normalised sentence embeddings (sentence-transformers').
+    Embeddings,
+    /// The pooled output of the first token.
+    Pooled,
+    /// The classification logits.
+    Logits,
+    /// The encoder output of every token.
+    Hidden,
+}
+
+#[derive(clap::Args, Debug)]
+struct EncodeArgs {
+    /// The model's name on the servers.
+    #[arg(long)]
+    model: String,
+    /// The checkpoint directory whose tokenizer to use (tokenizer.json, vocab.txt, or
+    /// vocab.json + merges.txt); its weights are not read.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// A sentence; repeat for a batch.
+    #[arg(long)]
+    sentence: Vec<String>,
+    /// A sequence as token ids (comma-separated, special tokens included), instead of
+    /// text; repeat for a batch.
+    #[arg(long)]
+    ids: Vec<String>,
+    /// What to learn; repeat for several.
+    #[arg(long, value_enum, default_values_t = [Output::Embeddings])]
+    output: Vec<Output>,
+    /// The longest the request may take.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    deadline_secs: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -190,6 +239,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             (None, None) => Err(bad("give --model PATH or --random-shape SHAPE")),
         },
         Command::Generate(g) => generate(&client, g),
+        Command::Encode(e) => encode(&client, e),
     }
 }
 
@@ -203,7 +253,14 @@ fn status(client: &ServiceClient, json: bool) -> Result<(), Failure> {
         let models: Vec<String> = r
             .models
             .iter()
-            .map(|m| format!("{} (vocab {})", m.name, m.vocab))
+            .map(|m| {
+                let kind = if m.encoder.is_some() {
+                    "encoder"
+                } else {
+                    "decoder"
+                };
+                format!("{} ({kind}, vocab {})", m.name, m.vocab)
+            })
             .collect();
         println!(
             "server {}: models [{}]; running {}, queued {}; served {}, failed {}; \
@@ -231,6 +288,7 @@ fn upload(
     let kind = match arch {
         Arch::Gpt2 => ModelKind::Gpt2,
         Arch::Llama => ModelKind::Llama,
+        Arch::Bert => ModelKind::Bert,
         Arch::Auto => checkpoint::detect(path).map_err(bad)?,
     };
     let progress = progress_bar();
@@ -244,9 +302,8 @@ fn upload(
             client.upload(name, &m.config, &m.weights, progress)?
         }
         ModelKind::Bert => {
-            return Err(bad(
-                "BERT models are not served yet (decoders only: GPT-2, LLaMA)",
-            ));
+            let m = puma_runner::bert::load_model(path).map_err(bad)?;
+            client.upload_encoder(name, &m.config, &m.weights, progress)?
         }
     };
     println!("uploaded {name}: model hash {hash}");
@@ -376,6 +433,99 @@ fn generate(client: &ServiceClient, g: &GenerateArgs) -> Result<(), Failure> {
         out.rounds,
         out.client_sent,
         out.client_received
+    );
+    Ok(())
+}
+
+fn encode(client: &ServiceClient, e: &EncodeArgs) -> Result<(), Failure> {
+    let mut seqs: Vec<(Vec<u32>, Vec<u32>)> = Vec::new();
+    if !e.sentence.is_empty() {
+        let dir = e
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| bad("--sentence needs --tokenizer (or pass --ids)"))?;
+        let tok = Tokenizer::from_dir(dir).map_err(bad)?;
+        for text in &e.sentence {
+            let ids = tok.encode(text).map_err(bad)?;
+            if ids.is_empty() {
+                return Err(bad(format!("the sentence {text:?} has no tokens")));
+            }
+            let types = vec![0; ids.len()];
+            seqs.push((ids, types));
+        }
+    }
+    for list in &e.ids {
+        let ids = list
+            .split(',')
+            .map(|t| t.trim().parse::<u32>())
+            .collect::<Result<Vec<u32>, _>>()
+            .map_err(|_| {
+                bad(format!(
+                    "--ids {list:?}: expected comma-separated token ids"
+                ))
+            })?;
+        let types = vec![0; ids.len()];
+        seqs.push((ids, types));
+    }
+    if seqs.is_empty() {
+        return Err(bad("give --sentence TEXT or --ids IDS"));
+    }
+    let outputs = WireOutputs {
+        hidden: e.output.contains(&Output::Hidden),
+        pooled: e.output.contains(&Output::Pooled),
+        logits: e.output.contains(&Output::Logits),
+        embeddings: e.output.contains(&Output::Embeddings),
+    };
+    let out = client.encode(
+        &e.model,
+        &seqs,
+        outputs,
+        Duration::from_secs(e.deadline_secs),
+    )?;
+    let rows = |v: &Option<Vec<f64>>, n: usize| -> Option<Vec<Vec<f64>>> {
+        v.as_ref()
+            .map(|v| v.chunks(v.len() / n.max(1)).map(<[f64]>::to_vec).collect())
+    };
+    let tokens: usize = seqs.iter().map(|(ids, _)| ids.len()).sum();
+    let fields = [
+        ("embeddings", rows(&out.embeddings, seqs.len())),
+        ("pooled", rows(&out.pooled, seqs.len())),
+        ("logits", rows(&out.logits, seqs.len())),
+        ("hidden", rows(&out.hidden, tokens)),
+    ];
+    if e.json {
+        let mut obj = serde_json::json!({
+            "rounds": out.rounds,
+            "seconds": out.total.as_secs_f64(),
+            "client_sent_bytes": out.client_sent,
+        });
+        for (name, v) in &fields {
+            if let Some(v) = v {
+                obj[*name] = serde_json::json!(v);
+            }
+        }
+        println!("{obj}");
+        return Ok(());
+    }
+    for (name, v) in &fields {
+        let Some(v) = v else { continue };
+        for (i, row) in v.iter().enumerate() {
+            let head: Vec<String> = row.iter().take(8).map(|x| format!("{x:.5}")).collect();
+            let more = if row.len() > 8 { ", …" } else { "" };
+            println!(
+                "{name}[{i}] ({} values): [{}{more}]",
+                row.len(),
+                head.join(", ")
+            );
+        }
+    }
+    eprintln!(
+        "{} sequence(s), {} tokens: {:.2} s, {} rounds, {} bytes sent by this client",
+        seqs.len(),
+        tokens,
+        out.total.as_secs_f64(),
+        out.rounds,
+        out.client_sent
     );
     Ok(())
 }

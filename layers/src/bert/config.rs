@@ -14,7 +14,7 @@ use crate::gpt2::config::Activation;
 use crate::limits;
 
 /// Which of the two architectures (they differ in tensor prefix, positions and head).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BertFlavor {
     /// `model_type` `"bert"` (also used by MiniLM, all-MiniLM-L6-v2, …): positions
     /// `0, 1, …`; pooler + `classifier` head.
@@ -28,8 +28,9 @@ pub enum BertFlavor {
 /// The architecture of a BERT or RoBERTa encoder.
 ///
 /// Construct it with [`BertConfig::from_json_str`] or [`BertConfig::from_file`], which
-/// validate it; a hand-built value should be checked with [`BertConfig::validate`].
-#[derive(Debug, Clone, PartialEq)]
+/// validate it; a hand-built value (or one deserialised from its serde form, which a
+/// share store keeps) should be checked with [`BertConfig::validate`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BertConfig {
     /// BERT or RoBERTa.
     pub flavor: BertFlavor,

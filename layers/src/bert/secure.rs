@@ -21,6 +21,7 @@ use super::weights::BertWeights;
 use crate::gpt2::secure::encode_all;
 use crate::gpt2::weights::LayerNormWeights;
 use crate::nn::attention::{self, Heads};
+use crate::nn::client::{ClientAt, Delivered, Delivery};
 use crate::nn::embedding::{embed, share_one_hot};
 use crate::nn::{
     Activation, LayerCosts, LayerKind, Linear, Norm, Observer, Progress, SecureSettings,
@@ -90,6 +91,44 @@ impl BertHeads {
     }
 }
 
+/// The public shape of a shared BERT / RoBERTa model: its config and heads. What an owner
+/// outside the parties announces and a share store keeps (as JSON).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertSpec {
+    /// The architecture.
+    pub config: BertConfig,
+    /// The heads.
+    pub heads: BertHeads,
+}
+
+impl BertSpec {
+    /// The spec of loaded weights.
+    pub fn of(config: &BertConfig, weights: &BertWeights) -> BertSpec {
+        BertSpec {
+            config: config.clone(),
+            heads: BertHeads::of(weights),
+        }
+    }
+
+    /// Whether the config is valid and the heads fit it.
+    ///
+    /// # Errors
+    /// `Misuse` naming what is wrong in general terms.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_shape(&self.config, self.heads)
+    }
+
+    /// The model's tensors ([`plan`]).
+    ///
+    /// # Errors
+    /// As [`BertSpec::validate`].
+    pub fn plan(&self) -> Result<TensorPlan, Error> {
+        self.validate()?;
+        Ok(plan(&self.config, self.heads))
+    }
+}
+
 /// The public part of a batch: its shape and attention mask.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchShape {
@@ -108,6 +147,20 @@ impl BatchShape {
             batch: b.batch,
             seq_len: b.seq_len,
             attention_mask: b.attention_mask.clone(),
+        }
+    }
+
+    /// The shape of sequences of `lens` real tokens, padded on the right to the longest
+    /// (how an outside client's batch is described: the lengths are public).
+    pub fn right_padded(lens: &[usize]) -> BatchShape {
+        let seq_len = lens.iter().copied().max().unwrap_or(0);
+        BatchShape {
+            batch: lens.len(),
+            seq_len,
+            attention_mask: lens
+                .iter()
+                .flat_map(|&l| (0..seq_len).map(move |t| t < l))
+                .collect(),
         }
     }
 
@@ -605,6 +658,11 @@ impl SharedBert {
         })
     }
 
+    /// The party whose shares these are.
+    pub fn party(&self) -> PartyId {
+        self.emb_table.party()
+    }
+
     /// The public configuration.
     pub fn config(&self) -> &BertConfig {
         &self.cfg
@@ -685,7 +743,7 @@ impl SharedBert {
 pub async fn encode_batch(
     ctx: &mut Ctx,
     model: &SharedBert,
-    client: PartyId,
+    client: &ClientAt,
     input: Option<&BertBatch>,
     shape: &BatchShape,
     settings: &SecureSettings,
@@ -709,25 +767,32 @@ pub async fn encode_batch(
     let width = cfg.vocab_size + cfg.type_vocab_size;
     let bound = settings.residual_bound;
     let m0 = ctx.meter();
-    // The client's one-hot rows: the word id and (offset by vocab) the token type.
-    let hot = match input {
-        Some(b) if ctx.me() == client => {
-            if b.check(cfg).is_err() || BatchShape::of(b) != *shape {
+    let one_hot = match client {
+        ClientAt::Party(client) => {
+            let hot = match input {
+                Some(b) if ctx.me() == *client => {
+                    if BatchShape::of(b) != *shape {
+                        return Err(Error::misuse(
+                            "the client's batch does not fit the model or the public shape",
+                        ));
+                    }
+                    b.check(cfg)
+                        .map_err(|_| Error::misuse("the client's batch does not fit the model"))?;
+                    Some(input_columns(b, cfg.vocab_size, cfg.type_vocab_size)?)
+                }
+                _ => None,
+            };
+            share_one_hot(ctx, *client, hot.as_deref(), n, 2, width).await?
+        }
+        ClientAt::Outside { prompt_hot, .. } => {
+            if Some(prompt_hot.len()) != n.checked_mul(width) {
                 return Err(Error::misuse(
-                    "the client's batch does not fit the model or the public shape",
+                    "the dealt input rows do not fit the model or the public shape",
                 ));
             }
-            let mut hot = Vec::with_capacity(2 * n);
-            for &src in &real {
-                let (id, t) = (b.input_ids[src], b.token_type_ids[src]);
-                hot.extend([id, cfg.vocab_size as u32 + t]);
-            }
-            Some(hot)
+            prompt_hot.clone()
         }
-        _ => None,
     };
-    let one_hot = share_one_hot(ctx, client, hot.as_deref(), n, 2, width).await?;
-    drop(hot);
     let m1 = ctx.meter();
     costs.add(LayerKind::Input, m0, m1);
     let emb = embed(ctx, &one_hot, &model.emb_table, n, width, d).await?;
@@ -779,6 +844,45 @@ pub async fn encode_batch(
         }
     }
     Ok(x)
+}
+
+/// The one-hot columns of a batch's real tokens, in batch order, two per token: the word
+/// id and, offset by the vocabulary, the token type. What the client shares (or, outside
+/// the parties, deals: [`crate::nn::client::deal_hot`]) as rows of `vocab + types`
+/// columns.
+///
+/// # Errors
+/// `Misuse` if the batch is malformed or an id or type is outside `vocab` or `types` (no
+/// value is named).
+pub fn input_columns(batch: &BertBatch, vocab: usize, types: usize) -> Result<Vec<u32>, Error> {
+    let rows = batch.batch.checked_mul(batch.seq_len);
+    let fits = rows == Some(batch.input_ids.len())
+        && rows == Some(batch.token_type_ids.len())
+        && rows == Some(batch.attention_mask.len());
+    if !fits {
+        return Err(Error::misuse(
+            "a batch's ids, types and mask differ in length",
+        ));
+    }
+    let vocab32 = u32::try_from(vocab).map_err(|_| Error::misuse("vocabulary too large"))?;
+    let mut hot = Vec::new();
+    for ((&id, &t), &real) in batch
+        .input_ids
+        .iter()
+        .zip(&batch.token_type_ids)
+        .zip(&batch.attention_mask)
+    {
+        if !real {
+            continue;
+        }
+        if id as usize >= vocab || t as usize >= types {
+            return Err(Error::misuse(
+                "an input id or token type is outside the model's vocabulary",
+            ));
+        }
+        hot.extend([id, vocab32 + t]);
+    }
+    Ok(hot)
 }
 
 /// Extra fractional bits of 1/‖mean‖ in [`sentence_embeddings`].
@@ -873,7 +977,7 @@ pub async fn pool_and_classify(
 pub async fn run(
     ctx: &mut Ctx,
     model: &SharedBert,
-    client: PartyId,
+    client: impl Into<ClientAt>,
     input: Option<&BertBatch>,
     shape: &BatchShape,
     outputs: Outputs,
@@ -891,7 +995,7 @@ pub async fn run(
 pub async fn run_observed(
     ctx: &mut Ctx,
     model: &SharedBert,
-    client: PartyId,
+    client: impl Into<ClientAt>,
     input: Option<&BertBatch>,
     shape: &BatchShape,
     outputs: Outputs,
@@ -901,9 +1005,10 @@ pub async fn run_observed(
     if outputs.logits && model.heads.labels == 0 {
         return Err(Error::misuse("the model has no classification head"));
     }
+    let client: ClientAt = client.into();
     let mut costs = LayerCosts::default();
     let hidden = encode_batch(
-        ctx, model, client, input, shape, settings, &mut costs, observer,
+        ctx, model, &client, input, shape, settings, &mut costs, observer,
     )
     .await?;
     let d = model.cfg.hidden_size;
@@ -936,7 +1041,16 @@ pub async fn run_observed(
     let m2 = ctx.meter();
     costs.add(LayerKind::MeanPooling, m1, m2);
     let all = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
-    let opened = proto::reveal_to(ctx, &all, client).await?;
+    let opened = match &client {
+        ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
+        ClientAt::Outside { deliver, .. } => {
+            deliver(Delivery {
+                what: Delivered::Encoded,
+                shares: all,
+            });
+            None
+        }
+    };
     costs.add(LayerKind::Output, m2, ctx.meter());
     let mut out = Revealed {
         costs,

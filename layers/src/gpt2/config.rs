@@ -11,8 +11,9 @@ use serde::Deserialize;
 
 use crate::limits::{self, LimitError};
 
-/// The MLP activation of a GPT-2 model (`activation_function` in `config.json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The MLP activation of a GPT-2 model (`activation_function` in `config.json`). (Serde
+/// form: the variant's name, for a share store's config text.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     /// The tanh approximation `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))`:
     /// `"gelu_new"` (GPT-2's default) and `"gelu_pytorch_tanh"` (the same formula).

@@ -29,6 +29,9 @@ pub enum Delivered {
     /// All generated ids at the end, sequence after sequence, each as long as that
     /// sequence ran (`Private` mode).
     FinalIds,
+    /// An encoder's outputs, at the fixed point's fractional bits: what the client asked
+    /// for, concatenated in the order of `bert::secure::Revealed`'s fields.
+    Encoded,
 }
 
 /// One result for an outside client: this party's shares of it.
@@ -36,7 +39,7 @@ pub enum Delivered {
 pub struct Delivery {
     /// What it is.
     pub what: Delivered,
-    /// This party's shares (integers: token ids).
+    /// This party's shares: token ids (integers), or an encoder's outputs (fixed point).
     pub shares: Shares,
 }
 
@@ -49,8 +52,9 @@ pub enum ClientAt {
     Party(PartyId),
     /// The client is outside the parties.
     Outside {
-        /// This party's shares of the one-hot rows of all prompts (`total × vocab`, in
-        /// batch order), dealt by the client.
+        /// This party's shares of the one-hot input rows of all prompts, in batch order,
+        /// dealt by the client: `total × vocab` for a decoder, `total × (vocab + types)`
+        /// for an encoder.
         prompt_hot: Shares,
         /// Where this party's shares of the client's results go.
         deliver: Deliver,
@@ -108,8 +112,25 @@ pub fn deal_prompts(
         return Err(Error::misuse("an outside client needs non-empty prompts"));
     }
     let all = prompts.concat();
-    let rows = one_hot_rows(&all, all.len(), 1, vocab)?;
-    Ok(dealing::deal(&rows, seeds, Span::whole(stream)))
+    deal_hot(&all, all.len(), 1, vocab, seeds, stream)
+}
+
+/// One-hot input rows dealt by an outside client: `rows` rows of `width` columns, row r
+/// holding a one at each of the `per_row` columns `hot[r·per_row..(r + 1)·per_row]` (as
+/// [`super::embedding::share_one_hot`] shares them for a client that is a party).
+///
+/// # Errors
+/// `Misuse` if `hot` has the wrong length or a column is not below `width`.
+pub fn deal_hot(
+    hot: &[u32],
+    rows: usize,
+    per_row: usize,
+    width: usize,
+    seeds: &[Seed; 2],
+    stream: u64,
+) -> Result<[Dealt; 3], Error> {
+    let values = one_hot_rows(hot, rows, per_row, width)?;
+    Ok(dealing::deal(&values, seeds, Span::whole(stream)))
 }
 
 /// The outside client's view of a generation: which sequences still go, and their ids so

@@ -8,9 +8,8 @@
 //! ([`decoder`]) that GPT-2 and LLaMA plug into with their wiring only, with one
 //! generation loop ([`mod@generate`]: output modes, end-of-sequence and stop rules, batches,
 //! speculative verification of the client's drafts ([`draft`]), a client among the
-//! parties or outside them ([`client`]), an owner outside them that deals its model
-//! ([`upload`])). BERT /
-//! RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
+//! parties or outside them ([`client`]); an owner outside them deals its model with
+//! `crate::upload`). BERT / RoBERTa build their encoder from the same layers (`crate::bert::secure`). See
 //! docs/ARCHITECTURE.md for how to add a layer or an architecture.
 
 pub mod activation;
@@ -26,7 +25,6 @@ pub mod norm;
 pub mod plan;
 pub mod range;
 pub mod settings;
-pub mod upload;
 
 pub use activation::Activation;
 pub use attention::{Heads, KvCache};
