@@ -394,6 +394,20 @@ pub(crate) fn smollm2() -> Option<(String, MutexGuard<'static, ()>)> {
     ))
 }
 
+/// all-MiniLM-L6-v2's directory and the real-model lock held while a test uses it, or
+/// `None` (see [`real_model`]).
+pub(crate) fn minilm() -> Option<(String, MutexGuard<'static, ()>)> {
+    let dir = real_model(
+        "PUMA_MINILM_DIR",
+        bert::MINILM_DIR,
+        "scripts/fetch-minilm.sh",
+    )?;
+    Some((
+        dir,
+        REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
 #[test]
 fn three_processes_run_smollm2_like_the_in_process_run() {
     let Some((path, _one)) = smollm2() else {
@@ -495,14 +509,9 @@ fn three_processes_run_the_tiny_bert_like_the_in_process_run() {
 
 #[test]
 fn three_processes_run_minilm_like_the_in_process_run() {
-    let Some(dir) = real_model(
-        "PUMA_MINILM_DIR",
-        bert::MINILM_DIR,
-        "scripts/fetch-minilm.sh",
-    ) else {
+    let Some((dir, _one)) = minilm() else {
         return;
     };
-    let _one = REAL_MODELS.lock().unwrap_or_else(PoisonError::into_inner);
     encoder_matches_in_process(
         "minilm",
         &dir,

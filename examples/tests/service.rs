@@ -4,7 +4,9 @@
 //! the plaintext model's greedy ids. A client killed mid-request ends only its own
 //! request; a server killed mid-request fails the request naming it, and once restarted
 //! from its share store (the owner long gone) serves again; a store of another party is
-//! refused; a planted prompt reaches no server's log or files.
+//! refused; a planted prompt reaches no server's log or files. all-MiniLM-L6-v2 and
+//! SmolLM2-135M go through the same servers: sentence embeddings like the reference's,
+//! token-identical generation.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
@@ -17,7 +19,7 @@ use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::llama::plain::PlainLlama;
 
-use crate::party_processes::smollm2;
+use crate::party_processes::{minilm, smollm2};
 
 const SERVE: &str = env!("CARGO_BIN_EXE_puma-serve");
 const CLIENT: &str = env!("CARGO_BIN_EXE_puma-client");
@@ -473,4 +475,92 @@ fn smollm2_through_the_service_is_token_identical() {
             svc.logs()
         );
     }
+}
+
+#[test]
+fn minilm_embeddings_through_the_service_match_the_reference() {
+    let Some((dir, _one)) = minilm() else {
+        return;
+    };
+    // The reference's sentences and their sentence-transformers embeddings
+    // (models/minilm-l6/reference.safetensors).
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../models/minilm-l6/reference.safetensors"
+    ))
+    .unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let sentences: Vec<String> =
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["sentences"]).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let reference: Vec<Vec<f64>> = st
+        .tensor("embeddings")
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+        .collect::<Vec<f64>>()
+        .chunks(384)
+        .map(<[f64]>::to_vec)
+        .collect();
+    assert!(sentences.len() >= 20 && reference.len() == sentences.len());
+
+    let mut svc = Service::new();
+    for i in 0..3 {
+        svc.start(i);
+    }
+    svc.wait_ready();
+    let t0 = Instant::now();
+    svc.upload_model("minilm", &dir);
+    let upload = t0.elapsed();
+    // Twenty requests, four at a time, one sentence each.
+    let mut worst: f64 = 1.0;
+    for group in (0..20).collect::<Vec<usize>>().chunks(4) {
+        let running: Vec<_> = group
+            .iter()
+            .map(|&i| {
+                let child = svc
+                    .client(&[
+                        "encode",
+                        "--model",
+                        "minilm",
+                        "--tokenizer",
+                        &dir,
+                        "--sentence",
+                        &sentences[i],
+                        "--json",
+                    ])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (i, child)
+            })
+            .collect();
+        for (i, child) in running {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}\n{}", show(&out), svc.logs());
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let e: Vec<f64> = v["embeddings"][0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            let r = &reference[i];
+            let dot: f64 = e.iter().zip(r).map(|(a, b)| a * b).sum();
+            let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
+            let cos = dot / (norm(&e) * norm(r));
+            assert!(cos >= 0.9999, "sentence {i}: cosine {cos}");
+            worst = worst.min(cos);
+        }
+    }
+    eprintln!(
+        "minilm through the service: upload {upload:.1?}, 20 requests in {:.1?}, min cosine \
+         to the reference {worst:.7}",
+        t0.elapsed() - upload
+    );
+    // The servers learned no sentence.
+    let logs = svc.logs();
+    assert!(!logs.contains(&sentences[0]) && logs.contains("request.done"));
 }

@@ -1,7 +1,8 @@
-//! The thin client of the service, outside the computing servers: it deals its prompt to
-//! the three servers, receives their shares of the ids as they are produced, checks that
-//! the two copies of every component agree, and reconstructs. The model owner's upload
-//! is here too: it deals a checkpoint to the three servers and exits.
+//! The thin client of the service, outside the computing servers: it deals its prompt
+//! (or an encoder's batch) to the three servers, receives their shares of the ids as
+//! they are produced (or of the encoder's outputs), checks that the two copies of every
+//! component agree, and reconstructs. The model owner's upload is here too: it deals a
+//! checkpoint to the three servers and exits.
 //!
 //! Neither holds a share of the model or computes with the servers: a client sends one
 //! correction vector of its prompt's one-hot rows (to two servers) and two seeds, and

@@ -4,9 +4,10 @@
 //! three such servers hold a model's shares once and serve many requests of outside
 //! clients at once, each request its own session over one connection per pair of
 //! servers ([`puma_transports::mux`]). A client deals its prompt to the three servers
-//! ([`puma_layers::nn::client`]), each server runs the generation on shares and hands
-//! its shares of every token back for the client
-//! ([`puma_layers::nn::ClientAt::Outside`]); no server learns the prompt or a token.
+//! ([`puma_layers::nn::client`]), each server runs the generation (or, for an encoder,
+//! the encoder) on shares and hands its shares of every token (or of the outputs) back
+//! for the client ([`puma_layers::nn::ClientAt::Outside`]); no server learns the input or
+//! a result.
 //!
 //! - [`server`]: the [`Server`]: its models, requests and status.
 //! - [`model`]: what a server holds of a model (a decoder or an encoder).
