@@ -266,6 +266,12 @@ typedef enum puma_event_kind {
 typedef struct puma_model puma_model;
 
 /**
+ * A client of the three servers of a service, from `puma_service_client_new`; freed
+ * with `puma_service_client_free`.
+ */
+typedef struct puma_service_client puma_service_client;
+
+/**
  * One party's session: create with `puma_session_new`, free with `puma_session_free`.
  * Not thread-safe: use a session from one thread at a time.
  */
@@ -911,6 +917,104 @@ enum puma_status puma_session_start_layernorm(struct puma_session *session,
 enum puma_status puma_session_start_reveal(struct puma_session *session,
                                            const struct puma_tensor *a,
                                            uint32_t to);
+
+/**
+ * Creates a client of the service described by the `service.toml` at `config_path`
+ * (the servers' client addresses and certificates) and writes its handle to `*out`.
+ * Nothing is sent until a request.
+ *
+ * Ownership: the caller owns the client and frees it with `puma_service_client_free`.
+ *
+ * Errors: `PUMA_ERR_NULL_POINTER` for `config_path` or `out`; `PUMA_ERR_INVALID_ARGUMENT`
+ * for a file that does not read or parse, an address that does not resolve or a
+ * certificate that does not load (the message names it).
+ *
+ * # Safety
+ * `config_path` must be null or a NUL-terminated string; `out` must be valid for
+ * writing one pointer.
+ */
+enum puma_status puma_service_client_new(const char *config_path, struct puma_service_client **out);
+
+/**
+ * Frees a client; `NULL` is a no-op.
+ *
+ * Errors: `PUMA_ERR_INVALID_HANDLE` for a pointer that is not a live client.
+ *
+ * # Safety
+ * `client` must be null or a client used by no other thread.
+ */
+enum puma_status puma_service_client_free(struct puma_service_client *client);
+
+/**
+ * Generates from `prompt` (token ids, `prompt_len` of them) with the decoder the servers
+ * serve as `model`, under `opts` (`puma_generate_options_init`, then set fields): writes
+ * the generated ids to `out_ids` (room for `out_cap`, which must be at least
+ * `opts->max_new`) and their number to `*written`. In `PUMA_OUTPUT_SECURE_ARGMAX` mode
+ * `opts->on_token` hears each id as it arrives; in `PUMA_OUTPUT_PRIVATE` mode the ids come
+ * at the end. No server learns the prompt or an id. Blocks until the request ends (at
+ * most ten minutes).
+ *
+ * `opts->eos_ids` end generation (the client passes its model's, e.g. from
+ * `generation_config.json`); `PUMA_GENERATE_MODEL_EOS`, `PUMA_GENERATE_CLIENT_STOPS`
+ * and `PUMA_OUTPUT_REVEAL_LOGITS` need the client inside the computation and are
+ * refused.
+ *
+ * Errors: `PUMA_ERR_NULL_POINTER` / `PUMA_ERR_MISALIGNED_POINTER` for a pointer;
+ * `PUMA_ERR_INSUFFICIENT_SIZE` if `out_cap < opts->max_new` (nothing is sent);
+ * `PUMA_ERR_INVALID_ARGUMENT` for options or a prompt the model does not take, or an
+ * unknown model; `PUMA_ERR_IO` if a server cannot be reached; `PUMA_ERR_ABORTED` if a
+ * server refuses (busy) or fails the request; `PUMA_ERR_TIMEOUT` at the deadline;
+ * `PUMA_ERR_PROTOCOL` if the servers' shares disagree (the message names the two
+ * possible culprits).
+ *
+ * # Safety
+ * `client` must be a live client used by no other thread; `model` a NUL-terminated
+ * string; `prompt` valid for reading `prompt_len` ids; `opts` valid for reading one
+ * `puma_generate_options` whose `eos_ids` is valid for `eos_len` ids; `out_ids` valid
+ * for writing `out_cap` ids; `written` valid for writing one `size_t`.
+ */
+enum puma_status puma_service_generate(struct puma_service_client *client,
+                                       const char *model,
+                                       const uint32_t *prompt,
+                                       size_t prompt_len,
+                                       const struct puma_generate_options *opts,
+                                       uint32_t *out_ids,
+                                       size_t out_cap,
+                                       size_t *written);
+
+/**
+ * Runs the encoder the servers serve as `model` on `n_seqs` sequences and writes the
+ * outputs asked for to `out` (room for `out_cap` values) and their number to
+ * `*written`. Sequence `s` has `lens[s]` tokens (special tokens included); `ids` holds
+ * all sequences' ids one after the other, `types` their token types (or `NULL` for all
+ * 0). `outputs` is a sum of `PUMA_ENCODE_HIDDEN` (every token's hidden state, sequence
+ * after sequence), `PUMA_ENCODE_POOLED`, `PUMA_ENCODE_LOGITS` and
+ * `PUMA_ENCODE_EMBEDDINGS` (one row per sequence each), written in that order, row-major.
+ * No server learns an id or an output. Blocks until the request ends (at most ten
+ * minutes).
+ *
+ * Errors: `PUMA_ERR_NULL_POINTER` / `PUMA_ERR_MISALIGNED_POINTER` for a pointer;
+ * `PUMA_ERR_INSUFFICIENT_SIZE` if `out_cap` is below the outputs' size, which
+ * `*written` then holds (nothing is sent); `PUMA_ERR_INVALID_ARGUMENT` for no output,
+ * sequences the model does not take, lengths that do not add up to the ids, an unknown
+ * model or a decoder; otherwise as `puma_service_generate`.
+ *
+ * # Safety
+ * `client` must be a live client used by no other thread; `model` a NUL-terminated
+ * string; `lens` valid for reading `n_seqs` values; `ids` (and `types`, unless `NULL`)
+ * valid for reading their sum; `out` valid for writing `out_cap` values; `written` valid
+ * for writing one `size_t`.
+ */
+enum puma_status puma_service_encode(struct puma_service_client *client,
+                                     const char *model,
+                                     const uint32_t *ids,
+                                     const uint32_t *types,
+                                     const size_t *lens,
+                                     size_t n_seqs,
+                                     uint32_t outputs,
+                                     double *out,
+                                     size_t out_cap,
+                                     size_t *written);
 
 /**
  * Creates the session of party `party` (0, 1 or 2) and writes it to `*out`.

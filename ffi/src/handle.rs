@@ -18,6 +18,8 @@ pub(crate) enum Kind {
     Session,
     Tensor,
     Model,
+    #[cfg(feature = "service")]
+    ServiceClient,
 }
 
 impl Kind {
@@ -26,6 +28,8 @@ impl Kind {
             Kind::Session => "session",
             Kind::Tensor => "tensor",
             Kind::Model => "model",
+            #[cfg(feature = "service")]
+            Kind::ServiceClient => "service client",
         }
     }
 }
@@ -206,4 +210,24 @@ pub(crate) unsafe fn copy_to<T: Copy>(src: &[T], dst: *mut T, what: &str) -> Res
     // reference to the (possibly uninitialised) destination is formed.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
     Ok(())
+}
+
+/// The caller's NUL-terminated UTF-8 string `p`, named `what` in errors.
+///
+/// # Safety
+/// `p` must be null or a NUL-terminated string that stays valid for `'a`.
+pub(crate) unsafe fn c_str<'a>(
+    p: *const std::ffi::c_char,
+    what: &str,
+) -> Result<&'a str, FfiError> {
+    if p.is_null() {
+        return Err(FfiError::new(
+            puma_status::PUMA_ERR_NULL_POINTER,
+            format!("`{what}` is null"),
+        ));
+    }
+    // SAFETY: non-null, NUL-terminated and valid for 'a by the caller's contract.
+    let s = unsafe { std::ffi::CStr::from_ptr(p) };
+    s.to_str()
+        .map_err(|_| FfiError::invalid(format!("`{what}` is not UTF-8")))
 }

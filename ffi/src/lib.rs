@@ -16,6 +16,10 @@
 //! `puma_session_close` ends the protocol cleanly. A host timer that expires is reported
 //! with `puma_session_handle_timeout`. Counters: `puma_session_stats`.
 //!
+//! A client of the secure inference service (three `puma-serve` servers) uses
+//! `puma_service_client_new`, then `puma_service_generate` or `puma_service_encode`: these
+//! do their own network IO and block until the request ends (default feature `service`).
+//!
 //! Conventions, after rustls-ffi:
 //! - every fallible function returns a [`puma_status`] (`PUMA_OK` = 0) and describes a
 //!   failure in a thread-local message, `puma_last_error()`;
@@ -39,6 +43,8 @@ mod generate;
 mod handle;
 mod model;
 mod ops;
+#[cfg(feature = "service")]
+mod service;
 mod session;
 mod tensor;
 
@@ -65,6 +71,11 @@ pub use ops::{
     puma_session_start_gelu, puma_session_start_layernorm, puma_session_start_lt,
     puma_session_start_matmul, puma_session_start_mul, puma_session_start_reveal,
     puma_session_start_share, puma_session_start_softmax, puma_session_start_trunc,
+};
+#[cfg(feature = "service")]
+pub use service::{
+    puma_service_client, puma_service_client_free, puma_service_client_new, puma_service_encode,
+    puma_service_generate,
 };
 pub use session::{
     PUMA_MAX_FRAME_LEN, PUMA_NO_PARTY, puma_event, puma_event_kind, puma_session,

@@ -6,7 +6,7 @@
 //! (generation with the KV cache, forward passes), BERT / RoBERTa on its encoder path
 //! (embeddings, pooled output, classification logits).
 
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -119,17 +119,8 @@ pub struct puma_gpt2_config {
 /// # Safety
 /// `p` must be null or a NUL-terminated string.
 unsafe fn path<'a>(p: *const c_char) -> Result<&'a Path, FfiError> {
-    if p.is_null() {
-        return Err(FfiError::new(
-            puma_status::PUMA_ERR_NULL_POINTER,
-            "`path` is null",
-        ));
-    }
-    // SAFETY: non-null, NUL-terminated by the caller's contract.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str()
-        .map(Path::new)
-        .map_err(|_| FfiError::invalid("`path` is not UTF-8"))
+    // SAFETY: the caller's contract.
+    unsafe { handle::c_str(p, "path") }.map(Path::new)
 }
 
 /// What a party loaded to share a model: the public config, and the weights at the owner.

@@ -9,13 +9,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// `name` as cargo built it for this test run: next to this test binary in `deps/`
 /// (cdylib and staticlib artifacts carry no hash), or one level up.
-fn built_library(name: &str) -> PathBuf {
+pub(crate) fn built_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     [deps.join(name), deps.join("..").join(name)]
@@ -24,7 +24,7 @@ fn built_library(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} not found next to {}", exe.display()))
 }
 
-fn show(out: &Output) -> String {
+pub(crate) fn show(out: &Output) -> String {
     format!(
         "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
         out.status,
@@ -33,7 +33,7 @@ fn show(out: &Output) -> String {
     )
 }
 
-fn tool(name: &str) -> Command {
+pub(crate) fn tool(name: &str) -> Command {
     let c = Command::new(name);
     // A clear message instead of "No such file" from spawn.
     if Command::new("sh")
@@ -257,7 +257,7 @@ fn c_parties_on_threads_with_random_delays_run_200_operations_and_generate() {
 
 /// The prompt of the text examples, and the plaintext Shakespeare model's greedy ids after
 /// it.
-fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
+pub(crate) fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
     let tokenizer =
         puma_layers::Tokenizer::from_dir(&repo().join("models/gpt2-shakespeare")).unwrap();
     let prompt = tokenizer.encode("ROMEO:").unwrap();
@@ -270,7 +270,7 @@ fn shakespeare(max_new: usize) -> (Vec<u32>, Vec<u32>) {
     (prompt, want)
 }
 
-fn ids_line(ids: &[u32]) -> String {
+pub(crate) fn ids_line(ids: &[u32]) -> String {
     let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
     format!("ids: {}", ids.join(" "))
 }

@@ -9,3 +9,5 @@ mod api;
 mod decoding;
 mod examples;
 mod header;
+#[cfg(feature = "service")]
+mod service;

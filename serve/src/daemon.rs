@@ -482,12 +482,12 @@ async fn serve_encode(
     wr: &mut Writer,
 ) -> Result<bool, ProtocolError> {
     let fields = format!(
-        "session={} model={} sequences={} tokens={} outputs={:?}",
+        "session={} model={} sequences={} tokens={} outputs={}",
         h.session_id,
         h.model,
         h.lens.len(),
         h.lens.iter().sum::<usize>(),
-        h.outputs
+        h.outputs.names()
     );
     // The payload may hold at most the batch's one-hot rows.
     let width = daemon

@@ -148,6 +148,18 @@ impl WireOutputs {
         }
     }
 
+    /// The outputs asked for, by name, joined with `+` (for a log line).
+    pub fn names(self) -> String {
+        let all = [
+            (self.hidden, "hidden"),
+            (self.pooled, "pooled"),
+            (self.logits, "logits"),
+            (self.embeddings, "embeddings"),
+        ];
+        let on: Vec<&str> = all.iter().filter(|(w, _)| *w).map(|(_, n)| *n).collect();
+        on.join("+")
+    }
+
     /// How many values each output asked for has, in delivery order, for `lens` and a
     /// model with `info`; `None` if a size overflows.
     pub fn sizes(self, lens: &[usize], info: &EncoderInfo) -> Option<[usize; 4]> {
