@@ -1,6 +1,7 @@
 //! Three `puma-party` OS processes on 127.0.0.1 (ephemeral ports): complete secure runs of
-//! every architecture whose client output equals the in-process run's (tiny GPT-2, LLaMA
-//! and BERT; SmolLM2-135M and all-MiniLM-L6-v2 when fetched), and a party killed mid-run.
+//! every architecture whose client output equals the plaintext model's (decoders: tiny
+//! GPT-2 and LLaMA, SmolLM2-135M) or the in-process run's (encoders: tiny BERT,
+//! all-MiniLM-L6-v2), and a party killed mid-run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -15,9 +16,10 @@ use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::Outputs;
 use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
+use puma_layers::llama::plain::PlainLlama;
 use puma_layers::nn::SecureSettings;
 use puma_runner::gpt2::{TINY_MODEL_DIR, load_model};
-use puma_runner::llama::{RunOptions, SMOLLM2_GGUF};
+use puma_runner::llama::SMOLLM2_GGUF;
 use puma_runner::{bert, llama};
 
 const PARTY: &str = env!("CARGO_BIN_EXE_puma-party");
@@ -314,10 +316,10 @@ enum Prompt<'a> {
     Text(&'a str),
 }
 
-/// A decoder over TCP against the in-process run of the same prompt (`prompt` are its ids):
-/// the client's ids equal the in-process run's and the plaintext greedy ids, and its text
-/// is their decoding. Returns the ids.
-fn decoder_matches_in_process(
+/// A LLaMA-style decoder over TCP against the plaintext model (`prompt` are its ids):
+/// the client's ids equal the plaintext greedy ids, and its text is their decoding,
+/// printed token by token as the client learned them. Returns the ids.
+fn decoder_matches_plaintext(
     name: &str,
     model: &str,
     prompt: &[u32],
@@ -326,16 +328,11 @@ fn decoder_matches_in_process(
     tok: &Tokenizer,
     timeout: u64,
 ) -> Vec<u32> {
-    let opts = RunOptions {
-        max_new_tokens: n,
-        compare_plaintext: true,
-        ..RunOptions::default()
+    let want = {
+        let loaded = llama::load_model(Path::new(model)).unwrap();
+        let plain = PlainLlama::new(loaded.config, loaded.weights).unwrap();
+        plain.generate_greedy(prompt, n).unwrap()
     };
-    let t0 = Instant::now();
-    let loaded = llama::load_model(Path::new(model)).unwrap();
-    let report = llama::run_secure(loaded, &[prompt.to_vec()], &opts, None).unwrap();
-    let in_process = t0.elapsed();
-    let r = report.prompts.into_iter().next().unwrap();
     let args = match given {
         Prompt::Ids => decoder_args(prompt, n),
         Prompt::Text(t) => ["--prompt", t, "--max-new-tokens", &n.to_string()]
@@ -350,24 +347,20 @@ fn decoder_matches_in_process(
         &args,
         Duration::from_secs(1200),
     );
-    eprintln!(
-        "{name}: ids {:?}; in process {in_process:.1?}, three processes over TCP {over_tcp:.1?}",
-        r.secure_ids
-    );
+    eprintln!("{name}: ids {want:?}; three processes over TCP {over_tcp:.1?}");
     let ids = printed_ids(&out);
-    assert_eq!(ids, r.secure_ids, "{name}: {out}");
+    assert_eq!(ids, want, "{name}: {out}");
     let text = format!("text: {:?}", tok.decode(&ids).unwrap());
     assert!(out.lines().any(|l| l == text), "{name}: {out}");
     // Printed token by token as the client learned them: the same text.
     assert_eq!(streamed_text(&out), tok.decode(&ids).unwrap(), "{name}");
-    assert_eq!(Some(&ids), r.plaintext.as_ref().map(|p| &p.ids), "{name}");
     ids
 }
 
 #[test]
-fn three_processes_run_the_tiny_llama_like_the_in_process_run() {
+fn three_processes_run_the_tiny_llama_like_the_plaintext_model() {
     let tok = Tokenizer::from_dir(Path::new(llama::TINY_MODEL_DIR)).unwrap();
-    let ids = decoder_matches_in_process(
+    let ids = decoder_matches_plaintext(
         "llama-tiny",
         llama::TINY_MODEL_DIR,
         &[65, 42, 1812, 314],
@@ -409,7 +402,7 @@ pub(crate) fn minilm() -> Option<(String, MutexGuard<'static, ()>)> {
 }
 
 #[test]
-fn three_processes_run_smollm2_like_the_in_process_run() {
+fn three_processes_run_smollm2_like_the_plaintext_model() {
     let Some((path, _one)) = smollm2() else {
         return;
     };
@@ -420,7 +413,7 @@ fn three_processes_run_smollm2_like_the_in_process_run() {
     let text = "The capital of France is";
     let prompt = tok.encode(text).unwrap();
     assert_eq!(prompt, [504, 3575, 282, 4649, 314]);
-    let ids = decoder_matches_in_process(
+    let ids = decoder_matches_plaintext(
         "smollm2",
         &path,
         &prompt,

@@ -455,7 +455,9 @@ fn smollm2_through_the_service_is_token_identical() {
         svc.start(i);
     }
     svc.wait_ready();
+    let t0 = Instant::now();
     svc.upload_model("smollm2", &path);
+    let upload = t0.elapsed();
     // Four requests at once, two of each prompt.
     let running: Vec<_> = cases
         .iter()
@@ -475,6 +477,10 @@ fn smollm2_through_the_service_is_token_identical() {
             svc.logs()
         );
     }
+    eprintln!(
+        "smollm2 through the service: upload {upload:.1?}, four requests {:.1?}",
+        t0.elapsed() - upload
+    );
 }
 
 #[test]

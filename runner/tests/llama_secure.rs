@@ -128,60 +128,39 @@ fn smollm2_chat(
     (model, tok, eos)
 }
 
-/// SmolLM2's chat answer ends at its end-of-sequence token `<|im_end|>` (from the GGUF
-/// metadata), token-identical to plaintext greedy decoding up to there.
+/// SmolLM2's chat answer, with the client drafting 4 tokens a step by prompt lookup: the
+/// plaintext model's greedy answer, in fewer steps than tokens, ending at the model's
+/// end-of-sequence token `<|im_end|>` (from the GGUF metadata).
 #[test]
-fn smollm2_chat_answer_stops_at_im_end() {
+fn smollm2_speculative_chat_answer_is_the_greedy_answer_and_stops_at_im_end() {
     let Some(path) = smollm2() else { return };
     let (model, tok, eos) = smollm2_chat(&path);
     assert_eq!(tok.encode("<|im_end|>").unwrap(), eos);
-    let prompt = tok
-        .encode("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
-        .unwrap();
-    let opts = RunOptions {
-        max_new_tokens: 12,
-        eos: eos.clone(),
-        compare_plaintext: true,
-        ..RunOptions::default()
-    };
-    let report = run_secure(model, &[prompt], &opts, None).unwrap();
-    let r = &report.prompts[0];
-    println!("{:?} {:?}", r.secure_ids, tok.decode(&r.secure_ids));
-    assert_eq!(r.finish, puma_layers::nn::Finish::Eos);
-    assert!(r.secure_ids.len() < 12);
-    assert_eq!(r.secure_ids.last(), eos.first());
-    assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
-    assert!(tok.decode(&r.secure_ids).unwrap().contains('4'));
-}
-
-#[test]
-fn smollm2_speculative_answer_is_the_plaintext_greedy_answer() {
-    let Some(path) = smollm2() else { return };
-    let (model, tok, eos) = smollm2_chat(&path);
     // An answer that quotes its prompt: prompt lookup drafts it.
     let prompt = tok
         .encode(
             "<|im_start|>user\nRepeat exactly: the quick brown fox jumps over the lazy dog<|im_end|>\n<|im_start|>assistant\n",
         )
         .unwrap();
+    let max_new = 16;
     let opts = RunOptions {
-        max_new_tokens: 12,
+        max_new_tokens: max_new,
         mode: puma_layers::nn::OutputMode::SecureArgmax,
-        eos,
+        eos: eos.clone(),
         drafts: 4,
         compare_plaintext: true,
         ..RunOptions::default()
     };
     let report = run_secure(model, &[prompt], &opts, None).unwrap();
     let r = &report.prompts[0];
-    println!(
-        "{:?} {:?} in {} steps",
-        r.secure_ids,
-        tok.decode(&r.secure_ids),
-        r.step_costs.len()
-    );
+    let text = tok.decode(&r.secure_ids).unwrap();
+    println!("{:?} {text:?} in {} steps", r.secure_ids, r.step_costs.len());
     assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
-    assert!(tok.decode(&r.secure_ids).unwrap().contains("lazy dog"));
+    assert!(text.contains("lazy dog"), "{text:?}");
+    // The answer ends at <|im_end|>, which is kept as its last id.
+    assert_eq!(r.finish, puma_layers::nn::Finish::Eos);
+    assert!(r.secure_ids.len() < max_new);
+    assert_eq!(r.secure_ids.last(), eos.first());
     // The quoted words were drafted and accepted: fewer steps than tokens.
     assert!(
         r.step_costs.len() < r.secure_ids.len(),
