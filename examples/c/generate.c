@@ -21,7 +21,10 @@
  *   cc -std=c11 -Wall -Wextra -Iffi/include examples/c/generate.c \
  *      target/debug/libpuma_ffi.a -lpthread -ldl -lm -o generate
  * Run: ./generate models/gpt2-shakespeare 4 33676 4720 25
- * Prints the generated ids ("ids: ...") and "ok".
+ * Prints the generated ids ("ids: ...") and "ok". With a leading `--temperature-only`,
+ * the sampled run draws at the temperature alone, without the top-k and top-p filters
+ * (their computation over a 50,257-token vocabulary is most of the sampled run's cost,
+ * which matters under valgrind).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +109,15 @@ static size_t take_ids(puma_session *s[3], uint32_t *ids, size_t cap, uint32_t *
 }
 
 int main(int argc, char **argv) {
+  int filters = 1;
+  if (argc > 1 && strcmp(argv[1], "--temperature-only") == 0) {
+    filters = 0;
+    argv++;
+    argc--;
+  }
   if (argc < 4) {
-    fprintf(stderr, "usage: %s MODEL_DIR MAX_NEW PROMPT_ID...\n", argv[0]);
+    fprintf(stderr, "usage: %s [--temperature-only] MODEL_DIR MAX_NEW PROMPT_ID...\n",
+            argv[0]);
     return 2;
   }
   const char *model_dir = argv[1];
@@ -162,8 +172,10 @@ int main(int argc, char **argv) {
   /* Sampled, with the model's end-of-sequence id and the client's stop test (every party
    * passes the same rules; only the client passes the test). */
   opts.temperature = 0.8;
-  opts.top_k = 40;
-  opts.top_p = 0.95;
+  if (filters) {
+    opts.top_k = 40;
+    opts.top_p = 0.95;
+  }
   opts.flags = PUMA_GENERATE_MODEL_EOS | PUMA_GENERATE_CLIENT_STOPS;
   opts.on_token = NULL;
   for (uint32_t i = 0; i < 3; i++) {
