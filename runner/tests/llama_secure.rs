@@ -154,7 +154,11 @@ fn smollm2_speculative_chat_answer_is_the_greedy_answer_and_stops_at_im_end() {
     let report = run_secure(model, &[prompt], &opts, None).unwrap();
     let r = &report.prompts[0];
     let text = tok.decode(&r.secure_ids).unwrap();
-    println!("{:?} {text:?} in {} steps", r.secure_ids, r.step_costs.len());
+    println!(
+        "{:?} {text:?} in {} steps",
+        r.secure_ids,
+        r.step_costs.len()
+    );
     assert_eq!(r.plaintext.as_ref().unwrap().ids, r.secure_ids);
     assert!(text.contains("lazy dog"), "{text:?}");
     // The answer ends at <|im_end|>, which is kept as its last id.

@@ -1,35 +1,40 @@
-//! Decoding rules of the generation loop on the Shakespeare GPT-2: ending early at an
-//! end-of-sequence id and at the client's own stop test, in every output mode (the ids of
-//! the full run as the reference, the rounds each rule costs pinned against a run of as
-//! many tokens without it), and tokens drawn on shares (top-k = 1 must be the argmax).
+//! Decoding rules of the generation loop on the Shakespeare GPT-2 (cut to a small
+//! vocabulary: [`crate::small_vocab`]): ending early at an end-of-sequence id and at the
+//! client's own stop test, in every output mode (the ids of the full run as the
+//! reference, the rounds each rule costs pinned against a run of as many tokens without
+//! it), and tokens drawn on shares (top-k = 1 must be the argmax).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use puma_core::proto::SamplingParams;
 use puma_core::sim::{Outcome, Sim};
 use puma_core::{ErrorKind, PartyId};
-use puma_layers::Gpt2Config;
-use puma_layers::gpt2::weights::{Gpt2Weights, load_gpt2};
 use puma_layers::nn::{
     Decoding, Finish, Generation, OutputMode, SecureSettings, SharedDecoder, StopCheck, generate,
 };
 
-const SHAKESPEARE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
-/// "ROMEO:", whose greedy continuation "\nI'll be" has five different ids.
-const PROMPT: [u32; 3] = [33676, 4720, 25];
+use crate::small_vocab::{SmallVocab, VOCAB};
+
+/// "ROMEO:" (full-model ids), whose greedy continuation "\nI'll be" has five different
+/// ids.
+const ROMEO: [u32; 3] = [33676, 4720, 25];
 const MODES: [OutputMode; 3] = [
     OutputMode::RevealLogits,
     OutputMode::SecureArgmax,
     OutputMode::Private,
 ];
 
-fn model() -> Arc<(Gpt2Config, Gpt2Weights)> {
-    static MODEL: OnceLock<Arc<(Gpt2Config, Gpt2Weights)>> = OnceLock::new();
+/// The model, and the prompt in its ids.
+fn model() -> Arc<(SmallVocab, Vec<u32>)> {
+    static MODEL: OnceLock<Arc<(SmallVocab, Vec<u32>)>> = OnceLock::new();
     MODEL
-        .get_or_init(|| Arc::new(load_gpt2(Path::new(SHAKESPEARE)).unwrap()))
+        .get_or_init(|| {
+            let m = SmallVocab::new(&[&ROMEO], 6);
+            let prompt = m.ids(&ROMEO);
+            Arc::new((m, prompt))
+        })
         .clone()
 }
 
@@ -45,7 +50,8 @@ fn try_run(decoding: Decoding, stop: Option<StopCheck>) -> Outcome<Generation> {
             None
         };
         move |mut ctx| async move {
-            let (cfg, w) = &*model;
+            let (small, prompt) = &*model;
+            let (cfg, w) = (&small.config, &small.weights);
             let m =
                 SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
                     .await?;
@@ -53,8 +59,8 @@ fn try_run(decoding: Decoding, stop: Option<StopCheck>) -> Outcome<Generation> {
                 &mut ctx,
                 &m,
                 PartyId::P0,
-                (me == PartyId::P0).then_some(&PROMPT[..]),
-                PROMPT.len(),
+                (me == PartyId::P0).then_some(&prompt[..]),
+                prompt.len(),
                 &decoding,
                 &SecureSettings::default(),
                 None,
@@ -180,7 +186,7 @@ fn bad_rules_are_refused() {
             .any(|r| r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Misuse))
     };
     let outside = Decoding {
-        eos: vec![50257],
+        eos: vec![VOCAB as u32],
         ..Decoding::new(2, OutputMode::RevealLogits)
     };
     assert!(
@@ -247,6 +253,6 @@ fn drawn_tokens_follow_the_distribution_not_the_argmax() {
         None,
     );
     assert_eq!(a[0].ids.len(), 6);
-    assert!(a[0].ids.iter().all(|&id| id < 50257));
+    assert!(a[0].ids.iter().all(|&id| (id as usize) < VOCAB));
     assert_ne!(a[0].ids, greedy[0].ids);
 }

@@ -10,4 +10,5 @@ mod gpt2_shakespeare;
 mod gpt2_sharing;
 mod kv_cache;
 mod outside_client;
+mod small_vocab;
 mod test_layout;

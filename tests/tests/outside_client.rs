@@ -1,31 +1,39 @@
 //! A client outside the three parties (the thin client of a service): it deals its prompt,
-//! the parties generate on the Shakespeare GPT-2 and deliver their shares of each token,
-//! and the client reconstructs the reference greedy ids. No party learns a token.
+//! the parties generate on the Shakespeare GPT-2 (cut to a small vocabulary:
+//! [`crate::small_vocab`]) and deliver their shares of each token, and the client
+//! reconstructs the ids a client among the parties gets. No party learns a token.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use puma_core::dealing;
 use puma_core::sim::{Outcome, Sim};
 use puma_core::{PartyId, Shares};
-use puma_layers::Gpt2Config;
-use puma_layers::gpt2::weights::{Gpt2Weights, load_gpt2};
 use puma_layers::nn::client::{OutsideTokens, deal_prompts};
 use puma_layers::nn::{
     ClientAt, Decoding, Delivered, Delivery, Generation, OutputMode, SecureSettings, SharedDecoder,
     generate_batch,
 };
 
-const SHAKESPEARE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/gpt2-shakespeare");
-/// "ROMEO:" and "JULIET:"; the second is longer.
-const PROMPTS: [&[u32]; 2] = [&[33676, 4720, 25], &[41, 6239, 2767, 25]];
+use crate::small_vocab::SmallVocab;
 
-fn model() -> Arc<(Gpt2Config, Gpt2Weights)> {
-    static MODEL: OnceLock<Arc<(Gpt2Config, Gpt2Weights)>> = OnceLock::new();
+/// "ROMEO:" and "JULIET:" (full-model ids); the second is longer.
+const FULL_PROMPTS: [&[u32]; 2] = [&[33676, 4720, 25], &[41, 6239, 2767, 25]];
+
+/// The model, and the prompts in its ids.
+fn model() -> Arc<(SmallVocab, Vec<Vec<u32>>)> {
+    static MODEL: OnceLock<Arc<(SmallVocab, Vec<Vec<u32>>)>> = OnceLock::new();
     MODEL
-        .get_or_init(|| Arc::new(load_gpt2(Path::new(SHAKESPEARE)).unwrap()))
+        .get_or_init(|| {
+            let m = SmallVocab::new(&FULL_PROMPTS, 6);
+            let prompts = FULL_PROMPTS.iter().map(|p| m.ids(p)).collect();
+            Arc::new((m, prompts))
+        })
         .clone()
+}
+
+fn vocab() -> usize {
+    model().0.config.vocab_size
 }
 
 type Deliveries = Arc<Mutex<Vec<(Delivered, Vec<u64>, Vec<u64>)>>>;
@@ -43,7 +51,7 @@ fn run_parties(
         let (model, decoding, lens) = (model.clone(), decoding.clone(), lens.clone());
         let (client, prompts) = client_of(me);
         move |mut ctx| async move {
-            let (cfg, w) = &*model;
+            let (cfg, w) = (&model.0.config, &model.0.weights);
             let m =
                 SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
                     .await?;
@@ -64,11 +72,11 @@ fn run_parties(
 }
 
 fn prompts() -> Vec<Vec<u32>> {
-    PROMPTS.iter().map(|p| p.to_vec()).collect()
+    model().1.clone()
 }
 
 fn lens() -> Vec<usize> {
-    PROMPTS.iter().map(|p| p.len()).collect()
+    prompts().iter().map(Vec::len).collect()
 }
 
 /// The parties' generations with the client at `P0` (as today), for reference.
@@ -86,7 +94,7 @@ fn with_party_client(decoding: &Decoding) -> Vec<Generation> {
 /// Runs the parties with an outside client: returns what each party delivered, and the
 /// parties' own generations.
 fn with_outside_client(decoding: &Decoding) -> ([Deliveries; 3], [Vec<Generation>; 3]) {
-    let vocab = model().0.vocab_size;
+    let vocab = vocab();
     let dealt = deal_prompts(&prompts(), vocab, &[[7; 32], [9; 32]], 0).unwrap();
     let total: usize = lens().iter().sum();
     let delivered: [Deliveries; 3] = Default::default();
@@ -117,8 +125,8 @@ fn with_outside_client(decoding: &Decoding) -> ([Deliveries; 3], [Vec<Generation
 
 /// What the client reconstructs from the three parties' deliveries.
 fn client_view(delivered: &[Deliveries; 3], decoding: &Decoding) -> OutsideTokens {
-    let vocab = model().0.vocab_size;
-    let mut view = OutsideTokens::new(PROMPTS.len(), decoding, vocab);
+    let vocab = vocab();
+    let mut view = OutsideTokens::new(FULL_PROMPTS.len(), decoding, vocab);
     let parts: Vec<_> = delivered
         .iter()
         .map(|d| d.lock().unwrap().clone())
@@ -204,7 +212,7 @@ fn rules_an_outside_client_cannot_take_are_refused() {
             ..Decoding::new(3, OutputMode::SecureArgmax)
         },
     ] {
-        let v = model().0.vocab_size;
+        let v = vocab();
         let out = run_parties(&decoding, &[3], |me| {
             let client = ClientAt::Outside {
                 prompt_hot: Shares::zeros(me, 3 * v),
