@@ -24,21 +24,21 @@ import ctypes as C
 import os
 import sys
 
-# Constants and types of ffi/include/puma.h.
-PUMA_OK = 0
-PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED, PUMA_EVENT_PENDING = 0, 1, 2
-PUMA_EVENT_DONE, PUMA_EVENT_CLOSED = 3, 4
-PUMA_MAX_FRAME_LEN = 4194304
-PUMA_OUTPUT_REVEAL_LOGITS = 0
-FINISH_NAMES = ["length", "eos", "stop", "ended"]
-
-# Callbacks of puma_generate_options: puma_stop_fn and puma_token_fn.
-STOP_FN = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_uint32), C.c_size_t)
-TOKEN_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_uint32)
-
-
-class Event(C.Structure):
-    _fields_ = [("kind", C.c_int), ("peer", C.c_uint32), ("frame_len", C.c_size_t)]
+from puma import (
+    FINISH_NAMES,
+    PUMA_EVENT_CLOSED,
+    PUMA_EVENT_DONE,
+    PUMA_EVENT_PENDING,
+    PUMA_EVENT_TRANSMIT,
+    PUMA_MAX_FRAME_LEN,
+    PUMA_OUTPUT_REVEAL_LOGITS,
+    TOKEN_FN,
+    Event,
+    GenerateOptions,
+    PumaError,
+    check,
+    load,
+)
 
 
 class ModelInfo(C.Structure):
@@ -51,62 +51,28 @@ class ModelInfo(C.Structure):
     ]
 
 
-class GenerateOptions(C.Structure):
-    _fields_ = [
-        ("max_new", C.c_size_t),
-        ("mode", C.c_uint32),
-        ("flags", C.c_uint32),
-        ("temperature", C.c_double),
-        ("top_k", C.c_size_t),
-        ("top_p", C.c_double),
-        ("min_p", C.c_double),
-        ("eos_ids", C.POINTER(C.c_uint32)),
-        ("eos_len", C.c_size_t),
-        ("stop", STOP_FN),
-        ("on_token", TOKEN_FN),
-        ("user_data", C.c_void_p),
-    ]
-
-
-def load(path):
-    lib = C.CDLL(path)
+def load_generation(path):
     p, sz, u32, u64 = C.c_void_p, C.c_size_t, C.c_uint32, C.c_uint64
-    sigs = {
-        "puma_session_new": [u32, u64, C.c_char_p, sz, C.POINTER(p)],
-        "puma_session_free": [p],
-        "puma_session_close": [p],
-        "puma_session_poll": [p, C.c_void_p, sz, C.POINTER(Event)],
-        "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
-        "puma_session_start_model_share": [p, u32, C.c_char_p],
-        "puma_session_take_model": [p, C.POINTER(p)],
-        "puma_generate_options_init": [C.POINTER(GenerateOptions)],
-        "puma_session_start_generate_with": [
-            p, p, u32, C.POINTER(u32), sz, C.POINTER(GenerateOptions)
-        ],
-        "puma_session_result_finish": [p, C.POINTER(u32)],
-        "puma_session_take_ids": [p, C.POINTER(u32), sz, C.POINTER(sz)],
-        "puma_model_get_info": [p, C.POINTER(ModelInfo)],
-        "puma_model_free": [p],
-    }
-    for name, args in sigs.items():
-        f = getattr(lib, name)
-        f.argtypes = args
-        f.restype = C.c_int
-    lib.puma_last_error.restype = C.c_char_p
-    lib.puma_status_name.argtypes = [u32]
-    lib.puma_status_name.restype = C.c_char_p
-    return lib
-
-
-class PumaError(Exception):
-    pass
-
-
-def check(lib, status, what):
-    if status != PUMA_OK:
-        raise PumaError(
-            f"{what}: {lib.puma_status_name(status).decode()} ({lib.puma_last_error().decode()})"
-        )
+    return load(
+        path,
+        {
+            "puma_session_new": [u32, u64, C.c_char_p, sz, C.POINTER(p)],
+            "puma_session_free": [p],
+            "puma_session_close": [p],
+            "puma_session_poll": [p, C.c_void_p, sz, C.POINTER(Event)],
+            "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
+            "puma_session_start_model_share": [p, u32, C.c_char_p],
+            "puma_session_take_model": [p, C.POINTER(p)],
+            "puma_generate_options_init": [C.POINTER(GenerateOptions)],
+            "puma_session_start_generate_with": [
+                p, p, u32, C.POINTER(u32), sz, C.POINTER(GenerateOptions)
+            ],
+            "puma_session_result_finish": [p, C.POINTER(u32)],
+            "puma_session_take_ids": [p, C.POINTER(u32), sz, C.POINTER(sz)],
+            "puma_model_get_info": [p, C.POINTER(ModelInfo)],
+            "puma_model_free": [p],
+        },
+    )
 
 
 def run(lib, sessions, buf, until=PUMA_EVENT_DONE):
@@ -137,7 +103,7 @@ def main():
         return 2
     model_dir, max_new = sys.argv[1], int(sys.argv[2])
     prompt = [int(a) for a in sys.argv[3:]]
-    lib = load(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
+    lib = load_generation(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
     buf = (C.c_uint8 * PUMA_MAX_FRAME_LEN)()
 
     sessions = []

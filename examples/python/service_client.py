@@ -25,67 +25,36 @@ import ctypes as C
 import os
 import sys
 
-PUMA_OK = 0
-PUMA_ERR_INSUFFICIENT_SIZE = 8
-PUMA_OUTPUT_SECURE_ARGMAX = 1
-PUMA_ENCODE_EMBEDDINGS = 8
-
-STOP_FN = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_uint32), C.c_size_t)
-TOKEN_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_size_t, C.c_uint32)
-
-
-class GenerateOptions(C.Structure):
-    _fields_ = [
-        ("max_new", C.c_size_t),
-        ("mode", C.c_uint32),
-        ("flags", C.c_uint32),
-        ("temperature", C.c_double),
-        ("top_k", C.c_size_t),
-        ("top_p", C.c_double),
-        ("min_p", C.c_double),
-        ("eos_ids", C.POINTER(C.c_uint32)),
-        ("eos_len", C.c_size_t),
-        ("stop", STOP_FN),
-        ("on_token", TOKEN_FN),
-        ("user_data", C.c_void_p),
-    ]
+from puma import (
+    PUMA_ENCODE_EMBEDDINGS,
+    PUMA_ERR_INSUFFICIENT_SIZE,
+    PUMA_OUTPUT_SECURE_ARGMAX,
+    TOKEN_FN,
+    GenerateOptions,
+    PumaError,
+    check,
+    load,
+)
 
 
-class PumaError(Exception):
-    pass
-
-
-def load(path):
-    lib = C.CDLL(path)
+def load_service(path):
     p, sz, u32 = C.c_void_p, C.c_size_t, C.c_uint32
-    sigs = {
-        "puma_service_client_new": [C.c_char_p, C.POINTER(p)],
-        "puma_service_client_free": [p],
-        "puma_generate_options_init": [C.POINTER(GenerateOptions)],
-        "puma_service_generate": [
-            p, C.c_char_p, C.POINTER(u32), sz, C.POINTER(GenerateOptions),
-            C.POINTER(u32), sz, C.POINTER(sz),
-        ],
-        "puma_service_encode": [
-            p, C.c_char_p, C.POINTER(u32), C.POINTER(u32), C.POINTER(sz), sz, u32,
-            C.POINTER(C.c_double), sz, C.POINTER(sz),
-        ],
-    }
-    for name, args in sigs.items():
-        f = getattr(lib, name)
-        f.argtypes = args
-        f.restype = C.c_int
-    lib.puma_last_error.restype = C.c_char_p
-    lib.puma_status_name.argtypes = [u32]
-    lib.puma_status_name.restype = C.c_char_p
-    return lib
-
-
-def check(lib, status, what):
-    if status != PUMA_OK:
-        raise PumaError(
-            f"{what}: {lib.puma_status_name(status).decode()} ({lib.puma_last_error().decode()})"
-        )
+    return load(
+        path,
+        {
+            "puma_service_client_new": [C.c_char_p, C.POINTER(p)],
+            "puma_service_client_free": [p],
+            "puma_generate_options_init": [C.POINTER(GenerateOptions)],
+            "puma_service_generate": [
+                p, C.c_char_p, C.POINTER(u32), sz, C.POINTER(GenerateOptions),
+                C.POINTER(u32), sz, C.POINTER(sz),
+            ],
+            "puma_service_encode": [
+                p, C.c_char_p, C.POINTER(u32), C.POINTER(u32), C.POINTER(sz), sz, u32,
+                C.POINTER(C.c_double), sz, C.POINTER(sz),
+            ],
+        },
+    )
 
 
 def generate(lib, client, model, max_new, prompt):
@@ -143,7 +112,7 @@ def main():
         )
         return 2
     config, command, model = sys.argv[1], sys.argv[2], sys.argv[3]
-    lib = load(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
+    lib = load_service(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
     client = C.c_void_p()
     check(lib, lib.puma_service_client_new(config.encode(), C.byref(client)), "client_new")
     try:

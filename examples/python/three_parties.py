@@ -19,15 +19,17 @@ import sys
 
 M, K, N = 4, 8, 6
 
-# Constants and types of ffi/include/puma.h.
-PUMA_OK = 0
-PUMA_EVENT_TRANSMIT, PUMA_EVENT_YIELDED, PUMA_EVENT_PENDING, PUMA_EVENT_DONE = 0, 1, 2, 3
-PUMA_MAX_FRAME_LEN = 4194304
-PUMA_GELU_PRECISE_ERF = 2
-
-
-class Event(C.Structure):
-    _fields_ = [("kind", C.c_int), ("peer", C.c_uint32), ("frame_len", C.c_size_t)]
+from puma import (
+    PUMA_EVENT_PENDING,
+    PUMA_EVENT_TRANSMIT,
+    PUMA_EVENT_YIELDED,
+    PUMA_GELU_PRECISE_ERF,
+    PUMA_MAX_FRAME_LEN,
+    Event,
+    PumaError,
+    check,
+    load,
+)
 
 
 class Stats(C.Structure):
@@ -43,43 +45,26 @@ class Stats(C.Structure):
     ]
 
 
-def load(path):
-    lib = C.CDLL(path)
+def load_operations(path):
     p, sz, u32, u64, dbl = C.c_void_p, C.c_size_t, C.c_uint32, C.c_uint64, C.c_double
-    sigs = {
-        "puma_session_new": [u32, u64, C.c_char_p, sz, C.POINTER(p)],
-        "puma_session_free": [p],
-        "puma_session_poll": [p, C.c_void_p, sz, C.POINTER(Event)],
-        "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
-        "puma_session_start_share": [p, u32, C.POINTER(dbl), sz, sz, sz],
-        "puma_session_start_matmul": [p, p, p],
-        "puma_session_start_gelu": [p, p, u32],
-        "puma_session_start_softmax": [p, p],
-        "puma_session_start_reveal": [p, p, u32],
-        "puma_session_take_tensor": [p, C.POINTER(p)],
-        "puma_session_take_values": [p, C.POINTER(dbl), sz, C.POINTER(sz)],
-        "puma_session_stats": [p, C.POINTER(Stats)],
-        "puma_tensor_free": [p],
-    }
-    for name, args in sigs.items():
-        f = getattr(lib, name)
-        f.argtypes = args
-        f.restype = C.c_int
-    lib.puma_last_error.restype = C.c_char_p
-    lib.puma_status_name.argtypes = [u32]
-    lib.puma_status_name.restype = C.c_char_p
-    return lib
-
-
-class PumaError(Exception):
-    pass
-
-
-def check(lib, status, what):
-    if status != PUMA_OK:
-        raise PumaError(
-            f"{what}: {lib.puma_status_name(status).decode()} ({lib.puma_last_error().decode()})"
-        )
+    return load(
+        path,
+        {
+            "puma_session_new": [u32, u64, C.c_char_p, sz, C.POINTER(p)],
+            "puma_session_free": [p],
+            "puma_session_poll": [p, C.c_void_p, sz, C.POINTER(Event)],
+            "puma_session_handle_frame": [p, u32, C.c_void_p, sz],
+            "puma_session_start_share": [p, u32, C.POINTER(dbl), sz, sz, sz],
+            "puma_session_start_matmul": [p, p, p],
+            "puma_session_start_gelu": [p, p, u32],
+            "puma_session_start_softmax": [p, p],
+            "puma_session_start_reveal": [p, p, u32],
+            "puma_session_take_tensor": [p, C.POINTER(p)],
+            "puma_session_take_values": [p, C.POINTER(dbl), sz, C.POINTER(sz)],
+            "puma_session_stats": [p, C.POINTER(Stats)],
+            "puma_tensor_free": [p],
+        },
+    )
 
 
 def run_operation(lib, sessions, buf):
@@ -144,7 +129,7 @@ def plaintext(x, w):
 
 
 def main():
-    lib = load(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
+    lib = load_operations(os.environ.get("PUMA_FFI_LIB", "target/debug/libpuma_ffi.so"))
     rng = random.Random(42)
     x = [[rng.uniform(-2, 2) for _ in range(K)] for _ in range(M)]
     w = [[rng.uniform(-2, 2) for _ in range(N)] for _ in range(K)]

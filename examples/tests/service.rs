@@ -18,6 +18,7 @@ use puma_layers::Tokenizer;
 use puma_layers::gguf::GgufFile;
 use puma_layers::gpt2::plain::PlainGpt2;
 use puma_layers::llama::plain::PlainLlama;
+use puma_serve::config::development_servers;
 
 use crate::party_processes::{minilm, smollm2};
 
@@ -55,20 +56,27 @@ impl Service {
             "peer_timeout_secs = 10\nmax_running = 4\nmax_queued = 16\nqueue_wait_secs = 60\n\
              deadline_secs = 300\naccept_uploads = true\n",
         );
-        for i in 0..3 {
-            toml.push_str(&format!(
-                "\n[[server]]\nid = {i}\npeer_addr = \"127.0.0.1:{}\"\n\
-                 client_addr = \"127.0.0.1:{}\"\ncert = \"p{i}.cert.pem\"\n\
-                 key = \"p{i}.key.pem\"\nstore = \"p{i}-store\"\n",
-                free_port(),
-                free_port()
-            ));
-        }
+        let ports = || {
+            (0..3)
+                .map(|_| format!("127.0.0.1:{}", free_port()))
+                .collect::<Vec<_>>()
+        };
+        toml.push_str(&development_servers(&ports(), &ports()));
         std::fs::write(dir.path().join("service.toml"), toml).unwrap();
         Service {
             dir,
             servers: [None, None, None],
         }
+    }
+
+    /// A service whose three servers are up and connected to each other.
+    fn running() -> Service {
+        let mut svc = Service::new();
+        for i in 0..3 {
+            svc.start(i);
+        }
+        svc.wait_ready();
+        svc
     }
 
     fn config(&self) -> PathBuf {
@@ -246,11 +254,7 @@ fn twenty_requests_four_at_a_time_are_token_identical_and_the_prompt_stays_secre
     const MAX_NEW: usize = 3;
     let plain = PlainGpt2::load(Path::new(SHAKESPEARE)).unwrap();
     let cases = prompts(&plain, MAX_NEW);
-    let mut svc = Service::new();
-    for i in 0..3 {
-        svc.start(i);
-    }
-    svc.wait_ready();
+    let mut svc = Service::running();
     svc.upload();
 
     // 20 requests in five waves of four concurrent client processes.
@@ -343,11 +347,7 @@ fn killed_clients_and_servers_end_only_their_requests_and_a_server_restarts_from
     const SHORT: usize = 3;
     let plain = PlainGpt2::load(Path::new(SHAKESPEARE)).unwrap();
     let (ids, want) = prompts(&plain, SHORT).swap_remove(0);
-    let mut svc = Service::new();
-    for i in 0..3 {
-        svc.start(i);
-    }
-    svc.wait_ready();
+    let mut svc = Service::running();
     svc.upload();
 
     // A client killed mid-request: the request beside it completes correctly.
@@ -450,11 +450,7 @@ fn smollm2_through_the_service_is_token_identical() {
     assert_eq!(cases[0].1, [7042, 30, 198]);
     drop(plain);
 
-    let mut svc = Service::new();
-    for i in 0..3 {
-        svc.start(i);
-    }
-    svc.wait_ready();
+    let svc = Service::running();
     let t0 = Instant::now();
     svc.upload_model("smollm2", &path);
     let upload = t0.elapsed();
@@ -511,11 +507,7 @@ fn minilm_embeddings_through_the_service_match_the_reference() {
         .collect();
     assert!(sentences.len() >= 20 && reference.len() == sentences.len());
 
-    let mut svc = Service::new();
-    for i in 0..3 {
-        svc.start(i);
-    }
-    svc.wait_ready();
+    let svc = Service::running();
     let t0 = Instant::now();
     svc.upload_model("minilm", &dir);
     let upload = t0.elapsed();

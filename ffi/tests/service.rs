@@ -15,7 +15,7 @@ use puma_layers::bert::plain::mean_pool_normalized;
 use puma_layers::bert::{BertBatch, PlainBert, load_bert};
 use puma_layers::nn::SecureSettings;
 use puma_serve::client::ServiceClient;
-use puma_serve::config::ServiceConfig;
+use puma_serve::config::{ServiceConfig, development_servers};
 use puma_serve::daemon;
 use puma_transports::tls::Identity;
 
@@ -50,14 +50,13 @@ impl Servers {
                     false,
                 )
                 .unwrap();
-            toml.push_str(&format!(
-                "\n[[server]]\nid = {i}\npeer_addr = \"127.0.0.1:{}\"\n\
-                 client_addr = \"127.0.0.1:{}\"\ncert = \"p{i}.cert.pem\"\n\
-                 key = \"p{i}.key.pem\"\nstore = \"p{i}-store\"\n",
-                free_port(),
-                free_port()
-            ));
         }
+        let ports = || {
+            (0..3)
+                .map(|_| format!("127.0.0.1:{}", free_port()))
+                .collect::<Vec<_>>()
+        };
+        toml.push_str(&development_servers(&ports(), &ports()));
         std::fs::write(dir.path().join("service.toml"), toml).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let threads = PartyId::ALL

@@ -239,6 +239,18 @@ impl ServiceClient {
             .map_err(|_| fail(format!("no connection within {:?}", self.connect_timeout)))?
     }
 
+    /// Connects to the three servers and sends each its part of the client's dealt input
+    /// with `request`; returns the connections and the bytes sent.
+    async fn send_request(
+        &self,
+        request: &Request,
+        parts: [Dealt; 3],
+    ) -> Result<([Conn; 3], u64), ClientError> {
+        let mut conns = self.connect_all().await?;
+        let sent = send_all(&mut conns, |i| (request, encode_dealt(&parts[i]))).await?;
+        Ok((conns, sent))
+    }
+
     async fn connect_all(&self) -> Result<[Conn; 3], ClientError> {
         let [a, b, c] = &self.servers;
         let (a, b, c) = tokio::try_join!(self.connect(a), self.connect(b), self.connect(c))?;
@@ -365,11 +377,13 @@ impl ServiceClient {
         on_ids: &mut impl FnMut(&[(usize, u32)]),
     ) -> Result<Generated, ClientError> {
         let start = Instant::now();
-        let mut conns = self.connect_all().await?;
-        let mut out = Generated::default();
-        let request = Request::Generate(header.clone());
-        out.client_sent = send_all(&mut conns, |i| (&request, encode_dealt(&parts[i]))).await?;
-        drop(parts);
+        let (mut conns, client_sent) = self
+            .send_request(&Request::Generate(header.clone()), parts)
+            .await?;
+        let mut out = Generated {
+            client_sent,
+            ..Generated::default()
+        };
         loop {
             let replies = next_replies(&mut conns).await?;
             for (_, p, n) in &replies {
@@ -620,11 +634,13 @@ impl ServiceClient {
         sizes: [usize; 4],
     ) -> Result<Encoded, ClientError> {
         let start = Instant::now();
-        let mut conns = self.connect_all().await?;
-        let mut out = Encoded::default();
-        let request = Request::Encode(header.clone());
-        out.client_sent = send_all(&mut conns, |i| (&request, encode_dealt(&parts[i]))).await?;
-        drop(parts);
+        let (mut conns, client_sent) = self
+            .send_request(&Request::Encode(header.clone()), parts)
+            .await?;
+        let mut out = Encoded {
+            client_sent,
+            ..Encoded::default()
+        };
         let total: usize = sizes.iter().sum();
         let replies = next_replies(&mut conns).await?;
         for (_, p, n) in &replies {

@@ -113,6 +113,23 @@ fn d600() -> u64 {
     600
 }
 
+/// The `[[server]]` sections of a `service.toml` for three servers at `peer` and
+/// `client` addresses (server i at index i), with the development PKI's file names (as
+/// `keygen` writes them: `pN.cert.pem`, `pN.key.pem`) and store folders `pN-store`, all
+/// relative to the file.
+pub fn development_servers<A: std::fmt::Display>(peer: &[A], client: &[A]) -> String {
+    peer.iter()
+        .zip(client)
+        .enumerate()
+        .map(|(i, (peer, client))| {
+            format!(
+                "\n[[server]]\nid = {i}\npeer_addr = \"{peer}\"\nclient_addr = \"{client}\"\n\
+                 cert = \"p{i}.cert.pem\"\nkey = \"p{i}.key.pem\"\nstore = \"p{i}-store\"\n"
+            )
+        })
+        .collect()
+}
+
 /// Longest timeout or deadline accepted, so that adding it to a clock cannot overflow.
 const MAX_SECS: u64 = 7 * 24 * 3600;
 

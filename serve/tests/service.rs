@@ -43,14 +43,7 @@ fn far() -> std::time::Instant {
 fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
     let bytes = std::fs::read(REFERENCE).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let ids = |name: &str| -> Vec<u32> {
-        st.tensor(name)
-            .unwrap()
-            .data()
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
-            .collect()
-    };
+    let ids = |name: &str| ints(&st, name);
     ["p1", "p2", "p3", "p4"]
         .iter()
         .map(|p| {
@@ -59,6 +52,16 @@ fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
                 ids(&format!("{p}.greedy_new_ids")),
             )
         })
+        .collect()
+}
+
+/// An int64 tensor of a reference file, as ids.
+fn ints(st: &safetensors::SafeTensors<'_>, name: &str) -> Vec<u32> {
+    st.tensor(name)
+        .unwrap()
+        .data()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
         .collect()
 }
 
@@ -388,14 +391,6 @@ type EncoderCase = (Vec<(Vec<u32>, Vec<u32>)>, Vec<f64>, Vec<f64>, Vec<f64>);
 fn encoder_case() -> EncoderCase {
     let bytes = std::fs::read(format!("{TINY_BERT}/reference.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let ints = |name: &str| -> Vec<u32> {
-        st.tensor(name)
-            .unwrap()
-            .data()
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32)
-            .collect()
-    };
     let floats = |name: &str| -> Vec<f64> {
         st.tensor(name)
             .unwrap()
@@ -405,9 +400,9 @@ fn encoder_case() -> EncoderCase {
             .collect()
     };
     let (ids, types, mask) = (
-        ints("batch.input_ids"),
-        ints("batch.token_type_ids"),
-        ints("batch.attention_mask"),
+        ints(&st, "batch.input_ids"),
+        ints(&st, "batch.token_type_ids"),
+        ints(&st, "batch.attention_mask"),
     );
     let hidden = floats("batch.last_hidden_state");
     let (seq_len, d) = (17, 64);

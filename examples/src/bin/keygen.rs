@@ -153,12 +153,10 @@ fn run(args: &Args) -> Result<(), String> {
              peer_timeout_secs = 30\nmax_running = 4\nmax_queued = 16\nqueue_wait_secs = 60\n\
              deadline_secs = 600\naccept_uploads = true\n",
         );
-        for (i, (peer, client)) in addrs.iter().zip(&client_addrs).enumerate() {
-            svc.push_str(&format!(
-                "\n[[server]]\nid = {i}\npeer_addr = \"{peer}\"\nclient_addr = \"{client}\"\n\
-                 cert = \"p{i}.cert.pem\"\nkey = \"p{i}.key.pem\"\nstore = \"p{i}-store\"\n"
-            ));
-        }
+        svc.push_str(&puma_serve::config::development_servers(
+            &addrs,
+            &client_addrs,
+        ));
         let path = args.out.join("service.toml");
         std::fs::write(&path, &svc).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
