@@ -67,12 +67,29 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct Guarded<'a, L> {
     inner: L,
     cancel: &'a Cancel,
+    /// Until a first frame from this party arrives, waits for it last until this instant
+    /// rather than the driver's idle timeout (see [`Guarded::awaiting`]).
+    awaiting: Option<(PartyId, Instant)>,
 }
 
 impl<'a, L: Link> Guarded<'a, L> {
     /// `inner`, watched by `cancel`.
     pub fn new(inner: L, cancel: &'a Cancel) -> Self {
-        Guarded { inner, cancel }
+        Guarded {
+            inner,
+            cancel,
+            awaiting: None,
+        }
+    }
+
+    /// Until the first frame from `leader` arrives, waits for it until `until` (or the
+    /// cancel) instead of timing out after the driver's idle timeout: the leader admits
+    /// requests in its own order and may keep this one in its queue that long.
+    pub fn awaiting(self, leader: PartyId, until: Instant) -> Self {
+        Guarded {
+            awaiting: Some((leader, until)),
+            ..self
+        }
     }
 }
 
@@ -84,13 +101,24 @@ impl<L: Link> Link for Guarded<'_, L> {
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Recv, TransportError> {
-        // The driver's idle timeout still holds: wait in slices until it has passed.
-        let until = Instant::now() + timeout;
+        // The driver's idle timeout still holds (or, before the leader's first frame, the
+        // leader's queue wait): wait in slices until it has passed.
+        let idle = Instant::now() + timeout;
         loop {
             self.cancel.check()?;
+            let until = match self.awaiting {
+                Some((_, first)) => first.max(idle),
+                None => idle,
+            };
             let left = until.saturating_duration_since(Instant::now());
             match self.inner.recv(left.min(POLL))? {
                 Recv::TimedOut if !left.is_zero() && left > POLL => continue,
+                Recv::Frame { from, bytes } => {
+                    if self.awaiting.is_some_and(|(leader, _)| leader == from) {
+                        self.awaiting = None;
+                    }
+                    return Ok(Recv::Frame { from, bytes });
+                }
                 other => return Ok(other),
             }
         }

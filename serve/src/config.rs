@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! peer_timeout_secs = 30      # longest wait for another server within a request
-//! max_running = 4             # requests computed at once
+//! max_running = 4             # requests computed at once (server 0 orders them)
 //! max_queued = 16             # requests waiting for a slot; more are refused (busy)
 //! queue_wait_secs = 60        # longest wait for a slot
 //! deadline_secs = 600         # longest a request may run (a client may ask for less)

@@ -243,9 +243,15 @@ fn keep_peers(
     stop: &AtomicBool,
 ) {
     let log = daemon.log;
+    let defaults = MuxOptions::default();
     let opts = MuxOptions {
         connect_timeout: Duration::from_secs(2),
-        ..MuxOptions::default()
+        // A request's first frames from the other two reach the leader while it may still
+        // hold the request in its queue: keep them that long.
+        early_ttl: defaults
+            .early_ttl
+            .max(daemon.cfg.queue_wait + daemon.cfg.peer_timeout),
+        ..defaults
     };
     let mut waiting_since: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {

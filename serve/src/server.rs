@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use puma_core::dealing::{Dealt, Span};
 use puma_core::{Config, Ctx, FixedPoint, PartyId, Session, Shares};
@@ -23,14 +23,20 @@ use crate::cancel::{Cancel, Guarded};
 use crate::model::ServedModel;
 use crate::protocol::{ModelInfo, StatusReport};
 
+/// The server that orders requests: it alone runs at most `max_running` at once and
+/// queues the others; the other two start a request when its client's part arrives and
+/// wait for the leader's first frame (docs/ARCHITECTURE.md, Service).
+pub const LEADER: PartyId = PartyId::P0;
+
 /// Limits of a server.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// Requests run at once.
+    /// Requests run at once (enforced by the [`LEADER`]).
     pub max_running: usize,
-    /// Requests waiting for a slot; more are refused at once.
+    /// Requests waiting for a slot at the [`LEADER`]; more are refused at once.
     pub max_queued: usize,
-    /// How long a request may wait for a slot.
+    /// How long a request may wait for a slot (at the others: for the leader's first
+    /// frame).
     pub queue_wait: Duration,
     /// The longest wait for a peer within a request (an idle timeout: each frame
     /// restarts it).
@@ -179,7 +185,15 @@ impl Server {
         Server {
             me,
             peers: RwLock::new(None),
-            admission: Admission::new(opts.max_running, opts.max_queued),
+            admission: if me == LEADER {
+                Admission::new(opts.max_running, opts.max_queued)
+            } else {
+                // Room for every request the leader may run or queue: the others never
+                // hold back a request the leader admitted (whose peers would otherwise
+                // wait on each other until their timeout), and a request waiting here for
+                // the leader's turn costs no computation.
+                Admission::new(opts.max_running.saturating_add(opts.max_queued), 0)
+            },
             models: RwLock::default(),
             opts,
             counters: Counters::default(),
@@ -510,6 +524,11 @@ impl Server {
             .map_err(TransportError::from)
             .and_then(|mut session| {
                 let link = Guarded::new(peers.open(session_id)?, cancel);
+                let link = if me == LEADER {
+                    link
+                } else {
+                    link.awaiting(LEADER, Instant::now() + self.opts.queue_wait)
+                };
                 let r = drive(&mut session, link, self.opts.peer_timeout);
                 let stats = session.stats();
                 cost = SessionCost {

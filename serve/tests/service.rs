@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use puma_core::dealing;
 use puma_core::dealing::Component;
@@ -125,6 +126,18 @@ fn request(
     prompts: &[Vec<u32>],
     decoding: &Decoding,
 ) -> Result<Vec<Vec<u32>>, ServeError> {
+    request_arriving(servers, vocab, id, prompts, decoding, [Duration::ZERO; 3])
+}
+
+/// [`request`], its part reaching server `i` after `delays[i]`.
+fn request_arriving(
+    servers: &[Arc<Server>; 3],
+    vocab: usize,
+    id: u64,
+    prompts: &[Vec<u32>],
+    decoding: &Decoding,
+    delays: [Duration; 3],
+) -> Result<Vec<Vec<u32>>, ServeError> {
     let seeds = [[id as u8; 32], [(id as u8).wrapping_add(77); 32]];
     let dealt = deal_prompts(prompts, vocab, &seeds, 0).unwrap();
     let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
@@ -143,7 +156,9 @@ fn request(
                     decoding: decoding.clone(),
                     prompt,
                 };
+                let delay = delays[p];
                 s.spawn(move || {
+                    thread::sleep(delay);
                     let deliver = Arc::new(move |d: Delivery| {
                         let (a, b) = d.shares.components();
                         let _ = tx.lock().unwrap().send((p, d.what, a.to_vec(), b.to_vec()));
@@ -230,6 +245,58 @@ fn concurrent_requests_of_outside_clients_get_the_reference_greedy_ids() {
         assert_eq!(st.models[0].vocab, 50257);
         assert!(st.rounds > 0 && st.bytes_sent > 0);
     }
+}
+
+#[test]
+fn requests_reaching_the_servers_in_different_orders_all_run() {
+    // One request at a time, a peer timeout shorter than a request. A reaches the leader
+    // (P0) first and the other two late; B reaches the other two first and the leader
+    // late. Had each server admitted on its own, the leader would run A while the others
+    // ran B, each side waiting for the other until the peer timeout failed both. The
+    // leader orders them: the others start both and wait for its first frame of each.
+    let opts = ServeOptions {
+        max_running: 1,
+        max_queued: 4,
+        peer_timeout: Duration::from_secs(2),
+        ..ServeOptions::default()
+    };
+    let (servers, vocab) = servers(opts);
+    let cases = fixture_prompts();
+    let decoding = Decoding::new(8, OutputMode::SecureArgmax);
+    let late = Duration::from_millis(600);
+    let started = std::time::Instant::now();
+    let (a, b) = thread::scope(|s| {
+        let a = s.spawn(|| {
+            let delays = [Duration::ZERO, late, late];
+            request_arriving(
+                &servers,
+                vocab,
+                61,
+                &[cases[0].0.clone()],
+                &decoding,
+                delays,
+            )
+        });
+        let b = s.spawn(|| {
+            let delays = [late, Duration::ZERO, Duration::ZERO];
+            request_arriving(
+                &servers,
+                vocab,
+                62,
+                &[cases[1].0.clone()],
+                &decoding,
+                delays,
+            )
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    eprintln!(
+        "two requests in opposite orders, one at a time: {:.1?} (peer timeout 2 s)",
+        started.elapsed()
+    );
+    assert_eq!(a.unwrap(), [cases[0].1[..8].to_vec()]);
+    assert_eq!(b.unwrap(), [cases[1].1[..8].to_vec()]);
+    assert_eq!(servers[0].status().failed, 0);
 }
 
 #[test]
