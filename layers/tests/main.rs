@@ -21,4 +21,5 @@ mod llama_secure;
 mod llama_tokenizer;
 mod model_limits;
 mod store;
+mod streamed;
 mod tokenizer;

@@ -368,11 +368,11 @@ pub trait DecoderArch {
 /// The owner's tensors in sharing order, each encoded when the sharing asks for it. (A
 /// named type rather than a closure: the sharing future holds it across awaits and must
 /// stay `Send`.)
-struct OwnerTensors<'a, A: DecoderArch> {
-    arch: &'a A,
-    weights: &'a A::Weights,
-    tensors: std::slice::Iter<'a, (DecoderTensor, usize)>,
-    fx: FixedPoint,
+pub(super) struct OwnerTensors<'a, A: DecoderArch> {
+    pub(super) arch: &'a A,
+    pub(super) weights: &'a A::Weights,
+    pub(super) tensors: std::slice::Iter<'a, (DecoderTensor, usize)>,
+    pub(super) fx: FixedPoint,
 }
 
 impl<A: DecoderArch> Iterator for OwnerTensors<'_, A> {
@@ -385,13 +385,81 @@ impl<A: DecoderArch> Iterator for OwnerTensors<'_, A> {
 }
 
 /// One block's shared layers.
-struct Block {
+pub(super) struct Block {
     attn_norm: Norm,
     qkv: Linear,
     attn_out: Linear,
     mlp_norm: Norm,
     mlp_in: Linear,
     mlp_out: Linear,
+}
+
+impl Block {
+    /// Block `layer` of a decoder of shape `spec`, its tensors taken out of `shared`.
+    ///
+    /// # Errors
+    /// `Bug` if `shared` lacks one of them (it was checked against the plan).
+    pub(super) fn take(
+        spec: &DecoderSpec,
+        layer: usize,
+        shared: &mut SharedTensors,
+    ) -> Result<Block, Error> {
+        let (d, h) = (spec.d, spec.heads);
+        let qkv_width = h.q_width() + 2 * h.kv_width();
+        let mlp_in = if spec.gated {
+            2 * spec.inner
+        } else {
+            spec.inner
+        };
+        let mut take = |part: BlockTensor, present: bool| {
+            shared.take_if(present, &DecoderTensor::Block { layer, part }.name())
+        };
+        let (nw, nb, b) = (
+            spec.block_norm.has_weight(),
+            spec.block_norm.has_bias(),
+            spec.bias,
+        );
+        let attn_norm = spec.block_norm.build(
+            take(BlockTensor::AttnNormWeight, nw)?,
+            take(BlockTensor::AttnNormBias, nb)?,
+        )?;
+        let qkv = Linear::new(
+            take(BlockTensor::QkvWeight, true)?.ok_or(Error::bug("qkv missing"))?,
+            take(BlockTensor::QkvBias, b)?,
+            d,
+            qkv_width,
+        )?;
+        let attn_out = Linear::new(
+            take(BlockTensor::AttnOutWeight, true)?.ok_or(Error::bug("attn_out missing"))?,
+            take(BlockTensor::AttnOutBias, b)?,
+            h.q_width(),
+            d,
+        )?;
+        let mlp_norm = spec.block_norm.build(
+            take(BlockTensor::MlpNormWeight, nw)?,
+            take(BlockTensor::MlpNormBias, nb)?,
+        )?;
+        let mlp_in = Linear::new(
+            take(BlockTensor::MlpInWeight, true)?.ok_or(Error::bug("mlp_in missing"))?,
+            take(BlockTensor::MlpInBias, b)?,
+            d,
+            mlp_in,
+        )?;
+        let mlp_out = Linear::new(
+            take(BlockTensor::MlpOutWeight, true)?.ok_or(Error::bug("mlp_out missing"))?,
+            take(BlockTensor::MlpOutBias, b)?,
+            spec.inner,
+            d,
+        )?;
+        Ok(Block {
+            attn_norm,
+            qkv,
+            attn_out,
+            mlp_norm,
+            mlp_in,
+            mlp_out,
+        })
+    }
 }
 
 /// One party's shares of a decoder.
@@ -496,63 +564,9 @@ impl SharedDecoder {
                  (SharedTensors::check names the tensor)",
             )
         })?;
-        let (d, h) = (spec.d, spec.heads);
-        let qkv_width = h.q_width() + 2 * h.kv_width();
-        let mlp_in = if spec.gated {
-            2 * spec.inner
-        } else {
-            spec.inner
-        };
         let mut blocks = Vec::with_capacity(spec.layers);
         for layer in 0..spec.layers {
-            let mut take = |part: BlockTensor, present: bool| {
-                shared.take_if(present, &DecoderTensor::Block { layer, part }.name())
-            };
-            let (nw, nb, b) = (
-                spec.block_norm.has_weight(),
-                spec.block_norm.has_bias(),
-                spec.bias,
-            );
-            let attn_norm = spec.block_norm.build(
-                take(BlockTensor::AttnNormWeight, nw)?,
-                take(BlockTensor::AttnNormBias, nb)?,
-            )?;
-            let qkv = Linear::new(
-                take(BlockTensor::QkvWeight, true)?.ok_or(Error::bug("qkv missing"))?,
-                take(BlockTensor::QkvBias, b)?,
-                d,
-                qkv_width,
-            )?;
-            let attn_out = Linear::new(
-                take(BlockTensor::AttnOutWeight, true)?.ok_or(Error::bug("attn_out missing"))?,
-                take(BlockTensor::AttnOutBias, b)?,
-                h.q_width(),
-                d,
-            )?;
-            let mlp_norm = spec.block_norm.build(
-                take(BlockTensor::MlpNormWeight, nw)?,
-                take(BlockTensor::MlpNormBias, nb)?,
-            )?;
-            let mlp_in = Linear::new(
-                take(BlockTensor::MlpInWeight, true)?.ok_or(Error::bug("mlp_in missing"))?,
-                take(BlockTensor::MlpInBias, b)?,
-                d,
-                mlp_in,
-            )?;
-            let mlp_out = Linear::new(
-                take(BlockTensor::MlpOutWeight, true)?.ok_or(Error::bug("mlp_out missing"))?,
-                take(BlockTensor::MlpOutBias, b)?,
-                spec.inner,
-                d,
-            )?;
-            blocks.push(Block {
-                attn_norm,
-                qkv,
-                attn_out,
-                mlp_norm,
-                mlp_in,
-                mlp_out,
-            });
+            blocks.push(Block::take(&spec, layer, &mut shared)?);
         }
         let final_norm = spec.final_norm.build(
             shared.take_if(
@@ -648,16 +662,14 @@ impl SharedDecoder {
         one_hot: &Shares,
         positions: &[usize],
     ) -> Result<Shares, Error> {
-        let d = self.spec.d;
-        let rows = positions.len();
-        let x = embed(ctx, one_hot, &self.embed, rows, self.spec.vocab, d).await?;
-        match &self.positions {
-            Some(p) => {
-                let idx: Vec<usize> = positions.iter().flat_map(|&t| t * d..(t + 1) * d).collect();
-                x.add(&p.gather(&idx)?)
-            }
-            None => Ok(x),
-        }
+        embed_rows_with(
+            ctx,
+            &self.spec,
+            (&self.embed, self.positions.as_ref()),
+            one_hot,
+            positions,
+        )
+        .await
     }
 
     /// The logits (`rows × vocab`) of the residual stream's `rows × d` rows `hidden`: the
@@ -670,21 +682,8 @@ impl SharedDecoder {
         settings: &SecureSettings,
         costs: &mut LayerCosts,
     ) -> Result<Shares, Error> {
-        let (d, v) = (self.spec.d, self.spec.vocab);
-        let m0 = ctx.meter();
-        let normed = self
-            .final_norm
-            .forward(ctx, hidden, rows, d, settings.residual_bound)
-            .await?;
-        let m1 = ctx.meter();
-        costs.add(self.final_norm.kind(), m0, m1);
-        // Logitsᵀ = head · hiddenᵀ (`vocab × rows`), then back to `rows × vocab`: two local
-        // permutations of small matrices instead of a stored transpose of the head.
-        let hidden_t = normed.gather(&transpose(rows, d))?;
-        let logits_t = proto::matmul_fixed(ctx, self.head(), &hidden_t, v, d, rows).await?;
-        let logits = logits_t.gather(&transpose(v, rows))?;
-        costs.add(LayerKind::LmHead, m1, ctx.meter());
-        Ok(logits)
+        let output = (&self.final_norm, self.head());
+        logits_with(ctx, &self.spec, output, hidden, rows, settings, costs).await
     }
 
     /// Evaluates the blocks on `x`, the new rows of a batch of sequences: sequence s has
@@ -703,8 +702,47 @@ impl SharedDecoder {
         step: usize,
         observer: Option<&Observer>,
     ) -> Result<Shares, Error> {
-        let spec = &self.spec;
-        let (d, h, bound) = (spec.d, spec.heads, settings.residual_bound);
+        let layout = StepLayout::new(ctx, &self.spec, caches, seq_rows)?;
+        for (layer, blk) in self.blocks.iter().enumerate() {
+            x = blk
+                .forward(ctx, &self.spec, &layout, layer, x, caches, settings, costs)
+                .await?;
+            if let Some(obs) = observer {
+                obs(Progress::Layer { step, layer });
+            }
+        }
+        layout.advance(caches);
+        Ok(x)
+    }
+}
+
+/// What every block of one step shares: the rows' positions and the gather indices of
+/// heads, sequences and the gated MLP's halves, and the rotary maps (which depend on the
+/// positions only).
+pub(super) struct StepLayout {
+    seq_rows: Vec<usize>,
+    rows: usize,
+    firsts: Vec<usize>,
+    q_idx: Vec<usize>,
+    k_idx: Vec<usize>,
+    v_idx: Vec<usize>,
+    gate_idx: Vec<usize>,
+    up_idx: Vec<usize>,
+    rope: Option<(RopeMap, RopeMap)>,
+}
+
+impl StepLayout {
+    /// The layout of a step whose sequence s adds `seq_rows[s]` rows to `caches[s]`.
+    ///
+    /// # Errors
+    /// `Misuse` unless there is one cache and at least one row per sequence.
+    pub(super) fn new(
+        ctx: &Ctx,
+        spec: &DecoderSpec,
+        caches: &[&mut KvCache],
+        seq_rows: &[usize],
+    ) -> Result<StepLayout, Error> {
+        let h = spec.heads;
         let (qw, kvw) = (h.q_width(), h.kv_width());
         let width = qw + 2 * kvw;
         if caches.len() != seq_rows.len() || seq_rows.contains(&0) {
@@ -714,13 +752,6 @@ impl SharedDecoder {
         }
         let rows: usize = seq_rows.iter().sum();
         let positions = batch_positions(caches, seq_rows);
-        // Sequence s's rows within the heads-major layout `heads × rows × dim`.
-        let firsts = attention::starts(seq_rows);
-        let (q_idx, k_idx, v_idx) = (
-            split_heads(rows, width, 0, h.q, h.dim),
-            split_heads(rows, width, qw, h.kv, h.dim),
-            split_heads(rows, width, qw + kvw, h.kv, h.dim),
-        );
         let (gate_idx, up_idx): (Vec<usize>, Vec<usize>) = if spec.gated {
             let i = spec.inner;
             (0..rows)
@@ -729,7 +760,6 @@ impl SharedDecoder {
         } else {
             (Vec::new(), Vec::new())
         };
-        // The rotary coefficients depend on the positions only: the same for every block.
         let rope = match spec.positions {
             Positions::Rotary { theta } => {
                 let fx = ctx.fixed();
@@ -740,103 +770,179 @@ impl SharedDecoder {
             }
             Positions::Learned => None,
         };
-        for (layer, blk) in self.blocks.iter().enumerate() {
-            let m0 = ctx.meter();
-            let a = blk.attn_norm.forward(ctx, &x, rows, d, bound).await?;
-            let m1 = ctx.meter();
-            costs.add(blk.attn_norm.kind(), m0, m1);
-            let qkv = blk.qkv.forward(ctx, &a, rows).await?;
-            let m2 = ctx.meter();
-            costs.add(LayerKind::Linear, m1, m2);
-            let v = qkv.gather(&v_idx)?;
-            let (q, k) = match spec.positions {
-                Positions::Learned => (qkv.gather(&q_idx)?, qkv.gather(&k_idx)?),
-                Positions::Rotary { .. } => {
-                    // A local linear map with public coefficients, then one truncation.
-                    let (rq, rk) = rope.as_ref().ok_or(Error::bug("rotary tables missing"))?;
-                    let q = rq.apply(&qkv.gather(&q_idx)?)?;
-                    let k = rk.apply(&qkv.gather(&k_idx)?)?;
-                    let f = ctx.fixed().frac_bits();
-                    let qk = proto::trunc(ctx, &Shares::concat(&[&q, &k])?, f).await?;
-                    let (q, k) = qk.split_at(h.q * rows * h.dim)?;
-                    costs.add(LayerKind::Rope, m2, ctx.meter());
-                    (q, k)
-                }
-            };
-            // Each sequence attends over its own cache; the sequences share the rounds.
-            let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
-            let mut seq_costs = vec![LayerCosts::default(); caches.len()];
-            let mut inputs = Vec::with_capacity(caches.len());
-            for (&first, &r) in firsts.iter().zip(seq_rows) {
-                inputs.push((
-                    q.gather(&rows_of_heads(h.q, rows, first, r, h.dim))?,
-                    k.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
-                    v.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
-                ));
-            }
-            let outs = puma_core::try_join_all(
-                forks
-                    .iter_mut()
-                    .zip(caches.iter_mut())
-                    .zip(seq_costs.iter_mut())
-                    .zip(inputs.iter().zip(seq_rows))
-                    .map(|(((c, cache), sc), ((q, k, v), &r))| {
-                        attention::causal(
-                            c,
-                            h,
-                            (q, k, v),
-                            r,
-                            cache,
-                            layer,
-                            settings.softmax_exp,
-                            sc,
-                        )
-                    })
-                    .collect(),
-            )
-            .await?;
-            // Meters count the whole session, so the sequences, running in lockstep, each
-            // measured all of it: one reading is the layer's cost (up to the few extra
-            // rounds of a longer sequence's softmax, which land in the next kind).
-            if let Some(first) = seq_costs.first() {
-                costs.merge(first);
-            }
-            let attn = Shares::concat(&outs.iter().collect::<Vec<_>>())?;
-            let m3 = ctx.meter();
-            let o = blk.attn_out.forward(ctx, &attn, rows).await?;
-            x = x.add(&o)?;
-            let m4 = ctx.meter();
-            costs.add(LayerKind::Linear, m3, m4);
-            let a2 = blk.mlp_norm.forward(ctx, &x, rows, d, bound).await?;
-            let m5 = ctx.meter();
-            costs.add(blk.mlp_norm.kind(), m4, m5);
-            let hidden = blk.mlp_in.forward(ctx, &a2, rows).await?;
-            let m6 = ctx.meter();
-            costs.add(LayerKind::Linear, m5, m6);
-            let (act_in, up) = if spec.gated {
-                (hidden.gather(&gate_idx)?, Some(hidden.gather(&up_idx)?))
-            } else {
-                (hidden, None)
-            };
-            let act = spec.activation.forward(ctx, &act_in, settings).await?;
-            let m7 = ctx.meter();
-            costs.add(spec.activation.kind(), m6, m7);
-            let act = match up {
-                Some(up) => proto::mul_fixed(ctx, &act, &up).await?,
-                None => act,
-            };
-            let mlp = blk.mlp_out.forward(ctx, &act, rows).await?;
-            x = x.add(&mlp)?;
-            costs.add(LayerKind::Linear, m7, ctx.meter());
-            if let Some(obs) = observer {
-                obs(Progress::Layer { step, layer });
-            }
-        }
-        for (cache, &r) in caches.iter_mut().zip(seq_rows) {
+        Ok(StepLayout {
+            seq_rows: seq_rows.to_vec(),
+            rows,
+            // Sequence s's rows within the heads-major layout `heads × rows × dim`.
+            firsts: attention::starts(seq_rows),
+            q_idx: split_heads(rows, width, 0, h.q, h.dim),
+            k_idx: split_heads(rows, width, qw, h.kv, h.dim),
+            v_idx: split_heads(rows, width, qw + kvw, h.kv, h.dim),
+            gate_idx,
+            up_idx,
+            rope,
+        })
+    }
+
+    /// Extends every cache by its sequence's rows, once all blocks have run.
+    pub(super) fn advance(&self, caches: &mut [&mut KvCache]) {
+        for (cache, &r) in caches.iter_mut().zip(&self.seq_rows) {
             cache.advance(r);
         }
+    }
+}
+
+impl Block {
+    /// This block, layer `layer` of a decoder of shape `spec`, on the residual stream `x`
+    /// of a step laid out as `layout`; returns the stream after it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn forward(
+        &self,
+        ctx: &mut Ctx,
+        spec: &DecoderSpec,
+        layout: &StepLayout,
+        layer: usize,
+        mut x: Shares,
+        caches: &mut [&mut KvCache],
+        settings: &SecureSettings,
+        costs: &mut LayerCosts,
+    ) -> Result<Shares, Error> {
+        let (d, h, bound) = (spec.d, spec.heads, settings.residual_bound);
+        let rows = layout.rows;
+        let blk = self;
+        let m0 = ctx.meter();
+        let a = blk.attn_norm.forward(ctx, &x, rows, d, bound).await?;
+        let m1 = ctx.meter();
+        costs.add(blk.attn_norm.kind(), m0, m1);
+        let qkv = blk.qkv.forward(ctx, &a, rows).await?;
+        let m2 = ctx.meter();
+        costs.add(LayerKind::Linear, m1, m2);
+        let v = qkv.gather(&layout.v_idx)?;
+        let (q, k) = match spec.positions {
+            Positions::Learned => (qkv.gather(&layout.q_idx)?, qkv.gather(&layout.k_idx)?),
+            Positions::Rotary { .. } => {
+                // A local linear map with public coefficients, then one truncation.
+                let (rq, rk) = layout
+                    .rope
+                    .as_ref()
+                    .ok_or(Error::bug("rotary tables missing"))?;
+                let q = rq.apply(&qkv.gather(&layout.q_idx)?)?;
+                let k = rk.apply(&qkv.gather(&layout.k_idx)?)?;
+                let f = ctx.fixed().frac_bits();
+                let qk = proto::trunc(ctx, &Shares::concat(&[&q, &k])?, f).await?;
+                let (q, k) = qk.split_at(h.q * rows * h.dim)?;
+                costs.add(LayerKind::Rope, m2, ctx.meter());
+                (q, k)
+            }
+        };
+        // Each sequence attends over its own cache; the sequences share the rounds.
+        let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
+        let mut seq_costs = vec![LayerCosts::default(); caches.len()];
+        let mut inputs = Vec::with_capacity(caches.len());
+        for (&first, &r) in layout.firsts.iter().zip(&layout.seq_rows) {
+            inputs.push((
+                q.gather(&rows_of_heads(h.q, rows, first, r, h.dim))?,
+                k.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
+                v.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
+            ));
+        }
+        let outs = puma_core::try_join_all(
+            forks
+                .iter_mut()
+                .zip(caches.iter_mut())
+                .zip(seq_costs.iter_mut())
+                .zip(inputs.iter().zip(&layout.seq_rows))
+                .map(|(((c, cache), sc), ((q, k, v), &r))| {
+                    attention::causal(c, h, (q, k, v), r, cache, layer, settings.softmax_exp, sc)
+                })
+                .collect(),
+        )
+        .await?;
+        // Meters count the whole session, so the sequences, running in lockstep, each
+        // measured all of it: one reading is the layer's cost (up to the few extra
+        // rounds of a longer sequence's softmax, which land in the next kind).
+        if let Some(first) = seq_costs.first() {
+            costs.merge(first);
+        }
+        let attn = Shares::concat(&outs.iter().collect::<Vec<_>>())?;
+        let m3 = ctx.meter();
+        let o = blk.attn_out.forward(ctx, &attn, rows).await?;
+        x = x.add(&o)?;
+        let m4 = ctx.meter();
+        costs.add(LayerKind::Linear, m3, m4);
+        let a2 = blk.mlp_norm.forward(ctx, &x, rows, d, bound).await?;
+        let m5 = ctx.meter();
+        costs.add(blk.mlp_norm.kind(), m4, m5);
+        let hidden = blk.mlp_in.forward(ctx, &a2, rows).await?;
+        let m6 = ctx.meter();
+        costs.add(LayerKind::Linear, m5, m6);
+        let (act_in, up) = if spec.gated {
+            (
+                hidden.gather(&layout.gate_idx)?,
+                Some(hidden.gather(&layout.up_idx)?),
+            )
+        } else {
+            (hidden, None)
+        };
+        let act = spec.activation.forward(ctx, &act_in, settings).await?;
+        let m7 = ctx.meter();
+        costs.add(spec.activation.kind(), m6, m7);
+        let act = match up {
+            Some(up) => proto::mul_fixed(ctx, &act, &up).await?,
+            None => act,
+        };
+        let mlp = blk.mlp_out.forward(ctx, &act, rows).await?;
+        x = x.add(&mlp)?;
+        costs.add(LayerKind::Linear, m7, ctx.meter());
         Ok(x)
     }
+}
+
+/// The embeddings of one-hot rows (`positions.len() × vocab`) by a decoder of shape
+/// `spec` whose input tensors are `(embed, positions)`, row i at position `positions[i]`.
+pub(super) async fn embed_rows_with(
+    ctx: &mut Ctx,
+    spec: &DecoderSpec,
+    (table, learned): (&Shares, Option<&Shares>),
+    one_hot: &Shares,
+    positions: &[usize],
+) -> Result<Shares, Error> {
+    let d = spec.d;
+    let x = embed(ctx, one_hot, table, positions.len(), spec.vocab, d).await?;
+    match learned {
+        Some(p) => {
+            let idx: Vec<usize> = positions.iter().flat_map(|&t| t * d..(t + 1) * d).collect();
+            x.add(&p.gather(&idx)?)
+        }
+        None => Ok(x),
+    }
+}
+
+/// The logits (`rows × vocab`) of the residual stream's `rows × d` rows `hidden` by a
+/// decoder of shape `spec` whose output layers are `(final_norm, head)`.
+pub(super) async fn logits_with(
+    ctx: &mut Ctx,
+    spec: &DecoderSpec,
+    (final_norm, head): (&Norm, &Shares),
+    hidden: &Shares,
+    rows: usize,
+    settings: &SecureSettings,
+    costs: &mut LayerCosts,
+) -> Result<Shares, Error> {
+    let (d, v) = (spec.d, spec.vocab);
+    let m0 = ctx.meter();
+    let normed = final_norm
+        .forward(ctx, hidden, rows, d, settings.residual_bound)
+        .await?;
+    let m1 = ctx.meter();
+    costs.add(final_norm.kind(), m0, m1);
+    // Logitsᵀ = head · hiddenᵀ (`vocab × rows`), then back to `rows × vocab`: two local
+    // permutations of small matrices instead of a stored transpose of the head.
+    let hidden_t = normed.gather(&transpose(rows, d))?;
+    let logits_t = proto::matmul_fixed(ctx, head, &hidden_t, v, d, rows).await?;
+    let logits = logits_t.gather(&transpose(v, rows))?;
+    costs.add(LayerKind::LmHead, m1, ctx.meter());
+    Ok(logits)
 }
 
 /// The positions of a batched step's rows: sequence s's `seq_rows[s]` rows continue its

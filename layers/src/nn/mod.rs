@@ -24,7 +24,9 @@ pub mod linear;
 pub mod norm;
 pub mod plan;
 pub mod range;
+pub mod seeded;
 pub mod settings;
+pub mod streamed;
 
 pub use activation::Activation;
 pub use attention::{Heads, KvCache};
@@ -47,4 +49,6 @@ pub use range::{
     ActivationPeaks, NORM_SCALE_LIMIT, RangeError, calibration_ids, decoder_range_check,
     decoder_range_violation,
 };
+pub use seeded::SeededDecoder;
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};
+pub use streamed::{StreamedStep, prompt_step_streamed};
