@@ -28,6 +28,20 @@ pub struct Shares {
     party: PartyId,
     a: Vec<u64>,
     b: Vec<u64>,
+    /// Which component is zero by construction, if one is (an input's third component:
+    /// [`Shares::with_zero_a`], [`Shares::with_zero_b`]); public, like the protocol that
+    /// made it. Lets a product skip the terms it would multiply by zero, and a drop the
+    /// wipe of memory never written. Any in-place change clears it.
+    zero: Option<Component>,
+}
+
+/// One of a party's two share components.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Component {
+    /// `x_i`.
+    A,
+    /// `x_{i+1}`.
+    B,
 }
 
 impl fmt::Debug for Shares {
@@ -54,7 +68,37 @@ fn same_len(x: &Shares, y: &Shares) -> Result<(), Error> {
 impl Shares {
     pub(crate) fn from_parts(party: PartyId, a: Vec<u64>, b: Vec<u64>) -> Shares {
         debug_assert_eq!(a.len(), b.len());
-        Shares { party, a, b }
+        Shares {
+            party,
+            a,
+            b,
+            zero: None,
+        }
+    }
+
+    /// Shares whose first component is `n` zeros by construction and second `b`.
+    pub(crate) fn with_zero_a(party: PartyId, b: Vec<u64>) -> Shares {
+        Shares {
+            party,
+            a: alloc::vec![0; b.len()],
+            b,
+            zero: Some(Component::A),
+        }
+    }
+
+    /// Shares whose first component is `a` and second `n` zeros by construction.
+    pub(crate) fn with_zero_b(party: PartyId, a: Vec<u64>) -> Shares {
+        Shares {
+            party,
+            b: alloc::vec![0; a.len()],
+            a,
+            zero: Some(Component::B),
+        }
+    }
+
+    /// The component that is zero by construction, if any.
+    pub(crate) fn zero_component(&self) -> Option<Component> {
+        self.zero
     }
 
     /// This party's first component `x_i` of every element.
@@ -76,7 +120,7 @@ impl Shares {
         if a.len() != b.len() {
             return Err(Error::misuse("share components of different lengths"));
         }
-        Ok(Shares { party, a, b })
+        Ok(Shares::from_parts(party, a, b))
     }
 
     /// This party's components `(x_i, x_{i+1})`: secret-share material, only for the
@@ -141,6 +185,7 @@ impl Shares {
     /// `Misuse` if the lengths or parties differ.
     pub fn add_assign(&mut self, y: &Shares) -> Result<(), Error> {
         same_len(self, y)?;
+        self.zero = None;
         for (s, t) in self.a.iter_mut().zip(&y.a) {
             *s = s.wrapping_add(*t);
         }
@@ -509,9 +554,29 @@ impl BitShares {
 }
 
 // Secret hygiene. Share components are secret-dependent: they are wiped when a value is
-// dropped (the whole capacity, by `zeroize`), and equality compares all of them in constant
-// time (`subtle`), so neither freed memory nor comparison timing reveals them. Lengths,
-// parties and widths are public.
+// dropped (the whole capacity, by `zeroize`: see `wipe`), and equality compares all of them
+// in constant time (`subtle`), so neither freed memory nor comparison timing reveals them.
+// Lengths, parties and widths are public.
+
+/// Words per page of [`wipe`]: 4 KiB.
+const WIPE_PAGE_WORDS: usize = 512;
+
+/// Zeroizes `words` and its spare capacity, skipping every 4 KiB page of it that already
+/// holds only zeros. Why: a component that is zero by design (an input's third
+/// component, lazily zeroed memory that the kernels have only read) is mapped to the
+/// kernel's shared zero page; writing zeros over it would copy each page on write and
+/// flush every core's TLB for it, which made dropping a large model's shares take a third
+/// of a run's time. A zero page holds nothing to wipe, and whether a page of a share is
+/// all zeros reveals nothing: components are uniform but for the public zero ones.
+fn wipe(words: &mut Vec<u64>) {
+    use zeroize::Zeroize;
+    for page in words.chunks_mut(WIPE_PAGE_WORDS) {
+        if page.iter().any(|&w| w != 0) {
+            page.zeroize();
+        }
+    }
+    words.spare_capacity_mut().zeroize();
+}
 
 /// `x == y` for equally long word slices, in time independent of their contents.
 fn ct_words_eq(x: &[u64], y: &[u64]) -> subtle::Choice {
@@ -530,9 +595,12 @@ impl Eq for Shares {}
 
 impl Drop for Shares {
     fn drop(&mut self) {
-        use zeroize::Zeroize;
-        self.a.zeroize();
-        self.b.zeroize();
+        if self.zero != Some(Component::A) {
+            wipe(&mut self.a);
+        }
+        if self.zero != Some(Component::B) {
+            wipe(&mut self.b);
+        }
     }
 }
 
@@ -548,9 +616,8 @@ impl Eq for BitShares {}
 
 impl Drop for BitShares {
     fn drop(&mut self) {
-        use zeroize::Zeroize;
-        self.a.zeroize();
-        self.b.zeroize();
+        wipe(&mut self.a);
+        wipe(&mut self.b);
     }
 }
 
@@ -558,6 +625,17 @@ impl Drop for BitShares {
 mod tests {
     use super::*;
     use alloc::{format, vec};
+
+    #[test]
+    fn wipe_zeroes_every_page_that_held_a_value() {
+        let mut w = vec![0u64; 5 * WIPE_PAGE_WORDS + 7];
+        w[2 * WIPE_PAGE_WORDS + 3] = 0xDEAD;
+        w[5 * WIPE_PAGE_WORDS + 6] = 1;
+        w[0] = u64::MAX;
+        wipe(&mut w);
+        assert!(w.iter().all(|&x| x == 0));
+        assert_eq!(w.len(), 5 * WIPE_PAGE_WORDS + 7);
+    }
 
     fn reconstruct(s: &[Shares; 3]) -> Vec<u64> {
         (0..s[0].len())

@@ -59,6 +59,44 @@ proptest! {
         }
     }
 
+    /// Operands shared by an input owner (one component zero by construction, which the
+    /// product skips) multiply exactly, whichever operand is the larger and whoever owns
+    /// each, also after an in-place addition has made the component nonzero.
+    #[test]
+    fn matmul_of_input_shares_is_exact(
+        seed in any::<u64>(), m in 1usize..6, k in 1usize..9, n in 1usize..6,
+        ox in 0usize..3, oy in 0usize..3, add in any::<bool>(),
+    ) {
+        let owners = [PartyId::P0, PartyId::P1, PartyId::P2];
+        let (ox, oy) = (owners[ox], owners[oy]);
+        // Both orientations: x small and y large, and x large and y small.
+        for (rows, cols) in [(m, n), (m * 9, 1)] {
+            let xs: Vec<u64> = (0..(rows * k) as u64).map(|i| i.wrapping_mul(seed | 1) ^ 0x9E37).collect();
+            let ys: Vec<u64> = (0..(k * cols) as u64).map(|i| i.wrapping_mul(seed >> 7 | 3) ^ 0x51).collect();
+            let (xs2, ys2) = (xs.clone(), ys.clone());
+            let out = Sim::new(seed).run(move |me| {
+                let (xs, ys) = (xs2.clone(), ys2.clone());
+                move |mut ctx| async move {
+                    let x = proto::share_input(&mut ctx, ox, (me == ox).then_some(&xs[..]), xs.len()).await?;
+                    let mut y = proto::share_input(&mut ctx, oy, (me == oy).then_some(&ys[..]), ys.len()).await?;
+                    if add {
+                        let r = ctx.random_shares(ys.len());
+                        y.add_assign(&r)?;
+                        y = y.sub(&r)?;
+                    }
+                    proto::matmul(&mut ctx, &x, &y, rows, k, cols).await
+                }
+            });
+            let z = reconstruct(&out.into_results().unwrap()).unwrap();
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = (0..k).fold(0u64, |acc, t| acc.wrapping_add(xs[i * k + t].wrapping_mul(ys[t * cols + j])));
+                    prop_assert_eq!(z[i * cols + j], want);
+                }
+            }
+        }
+    }
+
     #[test]
     fn public_ops_are_exact(seed in any::<u64>(), c in any::<u64>(), n in 1usize..20) {
         let pubv: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(c) ^ 0x55).collect();

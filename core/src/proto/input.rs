@@ -39,11 +39,11 @@ pub async fn share_input(
         (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
         (false, None) if me == owner.next() => {
             let f = mask.ok_or(Error::bug("next party lacks the input mask"))?;
-            Ok(Shares::from_parts(me, f, alloc::vec![0; n]))
+            Ok(Shares::with_zero_b(me, f))
         }
         (false, None) => {
             let c = ctx.recv(owner, n, Width::W64).await?;
-            Ok(Shares::from_parts(me, alloc::vec![0; n], c))
+            Ok(Shares::with_zero_a(me, c))
         }
     }
 }
@@ -72,7 +72,6 @@ pub async fn share_input_parts(
     let mut ctx = ctx.fork();
     let me = ctx.me();
     let mut masks = ctx.pair_random_stream(owner.next());
-    let zeros = || sizes.iter().map(|&n| alloc::vec![0u64; n]);
     match (me == owner, values) {
         (true, Some(mut vs))
             if vs.len() == sizes.len() && vs.iter().zip(sizes).all(|(v, &n)| v.len() == n) =>
@@ -105,18 +104,15 @@ pub async fn share_input_parts(
                 .as_mut()
                 .ok_or(Error::bug("next party lacks the input mask"))?;
             let mut out = Vec::with_capacity(sizes.len());
-            for (&n, z) in sizes.iter().zip(zeros()) {
+            for &n in sizes {
                 ctx.spend_draw(n).await;
-                out.push(Shares::from_parts(me, stream.take(n)?, z));
+                out.push(Shares::with_zero_b(me, stream.take(n)?));
             }
             Ok(out)
         }
         (false, None) => {
             let cs = ctx.recv_parts_w64(owner, sizes).await?;
-            Ok(zeros()
-                .zip(cs)
-                .map(|(z, c)| Shares::from_parts(me, z, c))
-                .collect())
+            Ok(cs.into_iter().map(|c| Shares::with_zero_a(me, c)).collect())
         }
     }
 }
@@ -259,7 +255,7 @@ where
                 // machine's memory fails there; the zero half of the same size is then
                 // lazily zeroed memory.
                 let mask = stream.take(n)?;
-                out.push(Shares::from_parts(me, mask, alloc::vec![0; n]));
+                out.push(Shares::with_zero_b(me, mask));
             }
             for k in 1..chunks {
                 ctx.recv(owner, 0, Width::W64).await?;
@@ -301,7 +297,7 @@ where
             Ok(cs
                 .into_iter()
                 .zip(sizes)
-                .map(|(c, &n)| Shares::from_parts(me, alloc::vec![0; n], c))
+                .map(|(c, _)| Shares::with_zero_a(me, c))
                 .collect())
         }
     }

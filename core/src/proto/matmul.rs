@@ -3,7 +3,7 @@ use alloc::vec::Vec;
 
 use crate::engine::Ctx;
 use crate::error::Error;
-use crate::share::Shares;
+use crate::share::{Component, Shares};
 
 use super::{reshare, reshare_trunc};
 
@@ -164,18 +164,23 @@ async fn batch_terms(
                 x_sum.clear();
                 x_sum.extend(xa.iter().zip(xb).map(|(a, b)| a.wrapping_add(*b)));
             }
-            // The two products: (x_a + x_b)·y_a + x_a·y_b, or x_a·(y_a + y_b) + x_b·y_a.
-            let terms: [(&[u64], &[u64]); 2] = if sum_x {
-                [(&x_sum, ya), (xa, yb)]
-            } else {
-                [(xa, &y_sum), (xb, ya)]
+            // The two products: (x_a + x_b)·y_a + x_a·y_b, or x_a·(y_a + y_b) + x_b·y_a;
+            // one when a component is zero by construction (an input's third: x_a·y_a +
+            // x_a·y_b + x_b·y_a loses its terms in it).
+            let terms: &[(&[u64], &[u64])] = match (x.zero_component(), y.zero_component()) {
+                (Some(Component::A), _) => &[(xb, ya)],
+                (Some(Component::B), _) if !sum_x => &[(xa, &y_sum)],
+                (_, Some(Component::A)) => &[(xa, yb)],
+                (_, Some(Component::B)) if sum_x => &[(&x_sum, ya)],
+                _ if sum_x => &[(&x_sum, ya), (xa, yb)],
+                _ => &[(xa, &y_sum), (xb, ya)],
             };
             for c0 in (0..n).step_by(cols) {
                 let w = cols.min(n - c0);
                 ctx.spend(2 * (h * k * w) as u64).await;
                 let kernel = ctx.kernel();
                 if w == n {
-                    for (a, bm) in terms {
+                    for &(a, bm) in terms {
                         kernel.matmul_acc(a, bm, zr, h, k, n);
                     }
                 } else {
@@ -183,7 +188,7 @@ async fn batch_terms(
                     // added into Z's rows.
                     band.clear();
                     band.resize(h * w, 0);
-                    for (a, bm) in terms {
+                    for &(a, bm) in terms {
                         kernel.matmul_acc_cols(a, bm, &mut band, h, k, n, c0..c0 + w);
                     }
                     for (z_row, band_row) in zr.chunks_exact_mut(n).zip(band.chunks_exact(w)) {

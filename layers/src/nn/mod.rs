@@ -43,7 +43,7 @@ pub use linear::Linear;
 pub use norm::{Norm, NormKind};
 pub use plan::{
     PlanError, SHARE_CHUNK_WORDS, ShareObserver, ShareProgress, SharedTensors, TensorPlan,
-    share_plan, share_plan_observed,
+    share_plan, share_plan_in_chunks, share_plan_observed,
 };
 pub use range::{
     ActivationPeaks, NORM_SCALE_LIMIT, RangeError, calibration_ids, decoder_range_check,
@@ -51,4 +51,4 @@ pub use range::{
 };
 pub use seeded::SeededDecoder;
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};
-pub use streamed::{StreamedStep, prompt_step_streamed};
+pub use streamed::{STREAM_CHUNK_WORDS, StreamedStep, prompt_step_streamed};

@@ -253,6 +253,25 @@ pub async fn share_plan_observed<I>(
 where
     I: IntoIterator<Item = Result<Vec<u64>, Error>>,
 {
+    share_plan_in_chunks(ctx, owner, plan, encoded, SHARE_CHUNK_WORDS, observer).await
+}
+
+/// [`share_plan_observed`] in chunks of `chunk_words` words instead of
+/// [`SHARE_CHUNK_WORDS`]: one round per chunk.
+///
+/// # Errors
+/// As [`share_plan`], and `Misuse` if `chunk_words` is 0.
+pub async fn share_plan_in_chunks<I>(
+    ctx: &mut Ctx,
+    owner: PartyId,
+    plan: &TensorPlan,
+    encoded: Option<I>,
+    chunk_words: usize,
+    observer: Option<&ShareObserver>,
+) -> Result<SharedTensors, Error>
+where
+    I: IntoIterator<Item = Result<Vec<u64>, Error>>,
+{
     if crate::limits::check_parameters(plan.total()).is_err() {
         return Err(Error::misuse(
             "the model exceeds the parameter limit (puma_layers::limits::MAX_PARAMETERS)",
@@ -267,7 +286,7 @@ where
     let mut on_chunk = |k: usize| {
         if let Some(obs) = observer {
             obs(ShareProgress {
-                shared: k.saturating_mul(SHARE_CHUNK_WORDS).min(total),
+                shared: k.saturating_mul(chunk_words).min(total),
                 total,
             });
         }
@@ -277,7 +296,7 @@ where
         owner,
         encoded,
         &plan.sizes(),
-        SHARE_CHUNK_WORDS,
+        chunk_words,
         &mut on_chunk,
     )
     .await?;
