@@ -61,7 +61,23 @@ where
             }
         })
     };
-    let streamed = Sim::new(4).run(move |me| {
+    let streamed = streamed_step(arch, weights, prompt, 4);
+    (whole.into_results().unwrap(), streamed)
+}
+
+/// Every party's result of the streamed step on `prompt`, the entropy from `seed`.
+fn streamed_step<A>(
+    arch: Arc<A>,
+    weights: Arc<A::Weights>,
+    prompt: Arc<Vec<u32>>,
+    seed: u64,
+) -> [StreamedStep; 3]
+where
+    A: DecoderArch + Send + Sync + 'static,
+    A::Weights: Send + Sync + 'static,
+{
+    let len = prompt.len();
+    let out = Sim::new(seed).run(move |me| {
         let (arch, weights, prompt) = (arch.clone(), weights.clone(), prompt.clone());
         move |mut ctx| async move {
             prompt_step_streamed(
@@ -78,10 +94,7 @@ where
             .await
         }
     });
-    (
-        whole.into_results().unwrap(),
-        streamed.into_results().unwrap(),
-    )
+    out.into_results().unwrap()
 }
 
 /// Asserts what both paths must share and returns the client's streamed logits.
@@ -175,4 +188,29 @@ fn seeded_untied_llama_shape_streamed_equals_whole_model() {
     let prompt: Vec<u32> = (0..8).map(|t| 10 + 37 * t).collect();
     let (whole, streamed) = both(arch, (), prompt);
     same_costs_and_logits(&whole, &streamed, 2e-3);
+}
+
+/// The real SmolLM2-135M-Instruct through the streamed step: the last position's logits
+/// within the secure bound of the reference (0.1) and its argmax the reference's first
+/// greedy token.
+#[test]
+fn smollm2_streamed_prompt_step_matches_the_reference() {
+    let Some(path) =
+        llama_common::smollm2_gguf("smollm2_streamed_prompt_step_matches_the_reference")
+    else {
+        return;
+    };
+    let (cfg, w) = puma_layers::llama::load_gguf(&path).unwrap();
+    let r = llama_common::Reference::load("smollm2-135m");
+    let ids = r.ids("p1.input_ids");
+    let (_, want) = r.floats("p1.logits");
+    let first = r.ids("p1.greedy_new_ids")[0];
+    let v = cfg.vocab_size;
+    let len = ids.len();
+    let [client, _, _] = streamed_step(Arc::new(cfg), Arc::new(w), Arc::new(ids), 5);
+    let logits = client.logits.unwrap();
+    let err = llama_common::max_abs_diff(logits.iter(), &want[(len - 1) * v..len * v]);
+    println!("SmolLM2 streamed p1: max |logit err| {err:.2e} (last position)");
+    assert!(err <= 0.1, "streamed logits off the reference by {err}");
+    assert_eq!(puma_layers::nn::argmax_lowest(&logits) as u32, first);
 }

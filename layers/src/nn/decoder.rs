@@ -522,20 +522,7 @@ impl SharedDecoder {
         let tensors = spec.tensors()?;
         let plan = spec.plan()?;
         let fx = ctx.fixed();
-        let weights = match weights {
-            Some(w) if ctx.me() == owner => {
-                // Callers that want the tensor named call `decoder_range_violation`
-                // first; this is the backstop that keeps garbage from being computed.
-                if decoder_range_violation(arch, w, fx)?.is_some() {
-                    return Err(Error::misuse(
-                        "a weight leaves the range the protocols support \
-                         (puma_layers::nn::range::decoder_range_violation names it)",
-                    ));
-                }
-                Some(w)
-            }
-            _ => None,
-        };
+        let weights = owner_weights(ctx, owner, arch, weights)?;
         let encoded = weights.map(|weights| OwnerTensors {
             arch,
             weights,
@@ -895,6 +882,32 @@ impl Block {
         x = x.add(&mlp)?;
         costs.add(LayerKind::Linear, m7, ctx.meter());
         Ok(x)
+    }
+}
+
+/// The owner's weights, checked against the protocols' ranges (`None` at the other
+/// parties): callers that want the tensor named call `decoder_range_violation` first; this
+/// is the backstop that keeps garbage from being computed.
+///
+/// # Errors
+/// `Misuse` if a weight leaves the supported range or does not fit the config.
+pub(super) fn owner_weights<'w, A: DecoderArch>(
+    ctx: &Ctx,
+    owner: PartyId,
+    arch: &A,
+    weights: Option<&'w A::Weights>,
+) -> Result<Option<&'w A::Weights>, Error> {
+    match weights {
+        Some(w) if ctx.me() == owner => {
+            if decoder_range_violation(arch, w, ctx.fixed())?.is_some() {
+                return Err(Error::misuse(
+                    "a weight leaves the range the protocols support \
+                     (puma_layers::nn::range::decoder_range_violation names it)",
+                ));
+            }
+            Ok(Some(w))
+        }
+        _ => Ok(None),
     }
 }
 

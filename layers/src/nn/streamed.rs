@@ -14,12 +14,11 @@ use super::attention::KvCache;
 use super::cost::{LayerCosts, LayerKind};
 use super::decoder::{
     Block, DecoderArch, DecoderSpec, DecoderTensor, OwnerTensors, StepLayout, embed_rows_with,
-    logits_with,
+    logits_with, owner_weights,
 };
 use super::embedding::share_one_hot;
 use super::generate::{Observer, Progress};
 use super::plan::{SharedTensors, TensorPlan, share_plan_in_chunks};
-use super::range::decoder_range_violation;
 use super::settings::SecureSettings;
 
 /// Words of the owner's record per round while a segment is shared (8 MiB): a quarter of
@@ -47,7 +46,9 @@ pub struct StreamedStep {
     /// Payload bytes this party sent for the inference itself.
     pub inference_bytes: u64,
     /// Rounds of the inference itself: [`StreamedStep::rounds`] less the sharing's, but
-    /// for the first segment's round, which the client's input shares.
+    /// for the epochs the input segment's sharing has in common with the client's one-hot
+    /// rows: one, two when that segment takes several chunks (measured; tests/streamed.rs
+    /// checks both against the whole-model step).
     pub inference_rounds: u32,
     /// Wall time of the inference itself.
     pub inference_time: Duration,
@@ -148,19 +149,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
         ));
     }
     let fx = ctx.fixed();
-    let weights = match weights {
-        Some(w) if ctx.me() == owner => {
-            // As `SharedDecoder::share`: the backstop that keeps garbage from being computed.
-            if decoder_range_violation(arch, w, fx)?.is_some() {
-                return Err(Error::misuse(
-                    "a weight leaves the range the protocols support \
-                     (puma_layers::nn::range::decoder_range_violation names it)",
-                ));
-            }
-            Some(w)
-        }
-        _ => None,
-    };
+    let weights = owner_weights(ctx, owner, arch, weights)?;
     let mut segs = segments(&spec)?.into_iter();
     let mut shared_cost = (0u64, 0u32, Duration::ZERO);
     let mut costs = LayerCosts::default();
@@ -172,6 +161,12 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     let one_hot = share_one_hot(ctx, client, ids, len, 1, spec.vocab).await?;
     costs.add(LayerKind::Input, m, ctx.meter());
     let input = segs.next().ok_or(Error::bug("no input segment"))?;
+    let input_words: usize = input.iter().map(|(_, n)| n).sum();
+    let overlap = if input_words > STREAM_CHUNK_WORDS {
+        2
+    } else {
+        1
+    };
     let mut tensors = share_segment(ctx, owner, arch, weights, &input, &mut shared_cost).await?;
     let embed = tensors.take(&DecoderTensor::Embed.name())?;
     let learned = tensors.take_if(
@@ -264,8 +259,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
         share_time,
         inference_bytes: (end.payload_bytes_sent - begin.payload_bytes_sent)
             .saturating_sub(share_bytes),
-        // The input segment goes out in the epoch of the client's one-hot rows.
-        inference_rounds: (rounds + 1).saturating_sub(share_rounds),
+        inference_rounds: (rounds + overlap).saturating_sub(share_rounds),
         inference_time: start.elapsed().saturating_sub(share_time),
         costs,
     })
