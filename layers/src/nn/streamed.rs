@@ -3,7 +3,7 @@
 //! one segment at a time (plus the embedding while it is also the tied LM head), and the
 //! owner encodes one segment at a time, so a model far larger than memory runs whole
 //! (docs/ARCHITECTURE.md, Streamed sharing). The step computes exactly what
-//! [`super::generate`]'s first step computes, with the same protocols, so its inference
+//! [`super::generate()`]'s first step computes, with the same protocols, so its inference
 //! rounds and bytes are those of the whole-model path.
 
 use std::time::{Duration, Instant};
@@ -121,7 +121,7 @@ async fn share_segment<A: DecoderArch>(
 /// when it is shared and every share is dropped once its segment has run. `observer`, if
 /// any, hears [`Progress::Layer`] after each block (step 0).
 ///
-/// Rounds and bytes of the inference: those of [`super::generate`]'s first step in
+/// Rounds and bytes of the inference: those of [`super::generate()`]'s first step in
 /// [`super::OutputMode::RevealLogits`] (the model sharing, measured apart: 8 bytes per
 /// parameter from the owner, one round per segment and per [`STREAM_CHUNK_WORDS`] words).
 ///
