@@ -753,15 +753,80 @@ async fn send_one(
     r.map_err(|error| ClientError::Protocol { party, error })
 }
 
-/// The next reply of each server; the first error (or closed connection) ends the wait.
-async fn next_replies(conns: &mut [Conn; 3]) -> Result<[(Reply, Vec<u8>, u64); 3], ClientError> {
+/// How long the client waits, after a server reported that the session failed, for
+/// another server's report of why (a deadline, a refusal, a lost connection).
+const CAUSE_GRACE: Duration = Duration::from_secs(2);
+
+/// One server's reply, its payload and its header's size.
+type ServerReply = (Reply, Vec<u8>, u64);
+
+/// Whether `e` may only echo another server's failure: a session that failed (a peer
+/// aborted it or was lost) says less than the error that made that peer abort.
+fn is_echo(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Server {
+            kind: ErrorKind::Session,
+            ..
+        }
+    )
+}
+
+/// The next reply of each server. The first error ends the wait, but for a failed
+/// session, which usually echoes another server's error: then the client waits up to
+/// [`CAUSE_GRACE`] for the others and reports the first error that is not an echo (the
+/// request's deadline, rather than the abort it caused at the other two), else the first.
+async fn next_replies(conns: &mut [Conn; 3]) -> Result<[ServerReply; 3], ClientError> {
     let [a, b, c] = conns;
-    let (ra, rb, rc) = tokio::try_join!(
-        next_reply(a, PartyId::P0),
-        next_reply(b, PartyId::P1),
-        next_reply(c, PartyId::P2)
-    )?;
-    Ok([ra, rb, rc])
+    let mut futs = [
+        Box::pin(next_reply(a, PartyId::P0)),
+        Box::pin(next_reply(b, PartyId::P1)),
+        Box::pin(next_reply(c, PartyId::P2)),
+    ];
+    let mut got: [Option<Result<ServerReply, ClientError>>; 3] = [None, None, None];
+    let mut first_error = None;
+    let grace = tokio::time::sleep(CAUSE_GRACE);
+    tokio::pin!(grace);
+    let [fa, fb, fc] = &mut futs;
+    loop {
+        let (i, r) = tokio::select! {
+            r = fa.as_mut(), if got[0].is_none() => (0, r),
+            r = fb.as_mut(), if got[1].is_none() => (1, r),
+            r = fc.as_mut(), if got[2].is_none() => (2, r),
+            () = &mut grace, if first_error.is_some() => break,
+        };
+        let r = match r {
+            Err(e) if !is_echo(&e) => return Err(e),
+            Err(e) => {
+                if first_error.is_none() {
+                    first_error = Some(i);
+                    grace
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + CAUSE_GRACE);
+                }
+                Err(e)
+            }
+            ok => ok,
+        };
+        if let Some(slot) = got.get_mut(i) {
+            *slot = Some(r);
+        }
+        if got.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    if let Some(i) = first_error
+        && let Some(Some(Err(e))) = got.get_mut(i).map(Option::take)
+    {
+        return Err(e);
+    }
+    let [ra, rb, rc] = got;
+    let missing = || ClientError::Disagree("a server's reply went missing".into());
+    Ok([
+        ra.ok_or_else(missing)??,
+        rb.ok_or_else(missing)??,
+        rc.ok_or_else(missing)??,
+    ])
 }
 
 /// The next reply of server `party`, with its payload and header size; an error reply
