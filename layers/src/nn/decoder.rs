@@ -555,16 +555,7 @@ impl SharedDecoder {
         for layer in 0..spec.layers {
             blocks.push(Block::take(&spec, layer, &mut shared)?);
         }
-        let final_norm = spec.final_norm.build(
-            shared.take_if(
-                spec.final_norm.has_weight(),
-                &DecoderTensor::FinalNormWeight.name(),
-            )?,
-            shared.take_if(
-                spec.final_norm.has_bias(),
-                &DecoderTensor::FinalNormBias.name(),
-            )?,
-        )?;
+        let final_norm = take_final_norm(&spec, &mut shared)?;
         Ok(SharedDecoder {
             embed: shared.take(&DecoderTensor::Embed.name())?,
             positions: shared.take_if(
@@ -883,6 +874,26 @@ impl Block {
         costs.add(LayerKind::Linear, m7, ctx.meter());
         Ok(x)
     }
+}
+
+/// The final norm of a decoder of shape `spec`, its tensors taken out of `shared`.
+///
+/// # Errors
+/// `Bug` if `shared` lacks one of them (it was checked against the plan).
+pub(super) fn take_final_norm(
+    spec: &DecoderSpec,
+    shared: &mut SharedTensors,
+) -> Result<Norm, Error> {
+    spec.final_norm.build(
+        shared.take_if(
+            spec.final_norm.has_weight(),
+            &DecoderTensor::FinalNormWeight.name(),
+        )?,
+        shared.take_if(
+            spec.final_norm.has_bias(),
+            &DecoderTensor::FinalNormBias.name(),
+        )?,
+    )
 }
 
 /// The owner's weights, checked against the protocols' ranges (`None` at the other

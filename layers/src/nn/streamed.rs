@@ -14,7 +14,7 @@ use super::attention::KvCache;
 use super::cost::{LayerCosts, LayerKind};
 use super::decoder::{
     Block, DecoderArch, DecoderSpec, DecoderTensor, OwnerTensors, StepLayout, embed_rows_with,
-    logits_with, owner_weights,
+    logits_with, owner_weights, take_final_norm,
 };
 use super::embedding::share_one_hot;
 use super::generate::{Observer, Progress};
@@ -218,16 +218,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     // The output: the final norm and the head on the last position only.
     let output = segs.next().ok_or(Error::bug("no output segment"))?;
     let mut tensors = share_segment(ctx, owner, arch, weights, &output, &mut shared_cost).await?;
-    let final_norm = spec.final_norm.build(
-        tensors.take_if(
-            spec.final_norm.has_weight(),
-            &DecoderTensor::FinalNormWeight.name(),
-        )?,
-        tensors.take_if(
-            spec.final_norm.has_bias(),
-            &DecoderTensor::FinalNormBias.name(),
-        )?,
-    )?;
+    let final_norm = take_final_norm(&spec, &mut tensors)?;
     let head = match tied {
         Some(e) => e,
         None => tensors.take(&DecoderTensor::LmHead.name())?,
