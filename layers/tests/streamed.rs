@@ -214,3 +214,50 @@ fn smollm2_streamed_prompt_step_matches_the_reference() {
     assert!(err <= 0.1, "streamed logits off the reference by {err}");
     assert_eq!(puma_layers::nn::argmax_lowest(&logits) as u32, first);
 }
+
+/// An empty prompt, or one beyond the model's positions, is refused at every party before
+/// anything is shared.
+#[test]
+fn streamed_step_refuses_prompts_that_do_not_fit() {
+    let spec = LlamaConfig {
+        vocab_size: 50,
+        hidden_size: 16,
+        intermediate_size: 24,
+        num_hidden_layers: 1,
+        num_attention_heads: 2,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10000.0,
+        max_position_embeddings: 4,
+        tie_word_embeddings: false,
+    }
+    .spec()
+    .unwrap();
+    let arch = Arc::new(SeededDecoder::new(spec, 1, 0.02).unwrap());
+    for len in [0usize, 5] {
+        let arch = arch.clone();
+        let out = Sim::new(2).run(move |me| {
+            let arch = arch.clone();
+            move |mut ctx| async move {
+                let prompt = vec![1u32; len];
+                prompt_step_streamed(
+                    &mut ctx,
+                    OWNER,
+                    &*arch,
+                    (me == OWNER).then_some(&()),
+                    CLIENT,
+                    (me == CLIENT).then_some(&prompt[..]),
+                    len,
+                    &SecureSettings::default(),
+                    None,
+                )
+                .await
+            }
+        });
+        for r in out.results {
+            let e = r.err().expect("refused");
+            assert!(e.to_string().contains("input length"), "{e}");
+        }
+    }
+}
