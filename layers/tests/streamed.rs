@@ -256,7 +256,7 @@ fn streamed_step_refuses_prompts_that_do_not_fit() {
             }
         });
         for r in out.results {
-            let e = r.err().expect("refused");
+            let e = r.expect_err("refused");
             assert!(e.to_string().contains("input length"), "{e}");
         }
     }
