@@ -153,3 +153,40 @@ fn speculation_outside_secure_argmax_greedy_is_refused_naming_what_it_needs() {
         );
     }
 }
+
+#[test]
+fn a_draft_corpus_needs_speculation_and_a_readable_nonempty_text() {
+    let gpt2 = env!("CARGO_BIN_EXE_gpt2");
+    refused(
+        gpt2,
+        &["--draft-corpus", "corpus.txt"],
+        &["--draft-corpus", "--speculate"],
+    );
+    let dir = std::env::temp_dir().join(format!("puma-cli-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let latin1 = dir.join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9").unwrap();
+    let missing = dir.join("missing.txt");
+    for (file, why) in [
+        (&missing, "cannot read the draft corpus"),
+        (&latin1, "cannot read the draft corpus"),
+        (&empty, "the draft corpus is empty"),
+    ] {
+        let path = file.to_str().unwrap();
+        let args = [
+            "--output-mode",
+            "secure-argmax",
+            "--speculate",
+            "4",
+            "--draft-corpus",
+            path,
+        ];
+        let (out, _) = run(gpt2, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{path}: {stderr}");
+        assert!(stderr.contains(why) && stderr.contains(path), "{path}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,7 +13,7 @@ use puma_core::proto::SamplingParams;
 use puma_core::{Config, PartyId, Stats};
 use puma_layers::InputError;
 use puma_layers::nn::{
-    DecoderArch, Decoding, Finish, Generation, Observer, OutputMode, Progress, RangeError,
+    DecoderArch, Decoding, Drafter, Finish, Generation, Observer, OutputMode, Progress, RangeError,
     SecureSettings, ShareObserver, SharedDecoder, StopCheck, decoder_range_check, generate_batch,
 };
 use puma_transports::{TransportError, mem};
@@ -41,6 +41,8 @@ pub struct RunOptions {
     pub sampling: Option<SamplingParams>,
     /// Tokens the client drafts per step for speculative verification (0: none).
     pub drafts: usize,
+    /// How the client drafts them (prompt lookup unless a public corpus is given).
+    pub drafter: Drafter,
     /// Generate for all prompts at once, as one batch sharing every round, instead of one
     /// prompt after another.
     pub batch: bool,
@@ -66,6 +68,7 @@ impl Default for RunOptions {
             stop: None,
             sampling: None,
             drafts: 0,
+            drafter: Drafter::PromptLookup,
             batch: false,
             network: None,
             settings: SecureSettings::default(),
@@ -85,6 +88,7 @@ impl fmt::Debug for RunOptions {
             .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
             .field("sampling", &self.sampling)
             .field("drafts", &self.drafts)
+            .field("drafter", &self.drafter)
             .field("batch", &self.batch)
             .field("network", &self.network)
             .field("settings", &self.settings)
@@ -106,6 +110,7 @@ impl RunOptions {
         d.client_stops = self.stop.is_some();
         d.sampling = self.sampling;
         d.drafts = self.drafts;
+        d.drafter = self.drafter.clone();
         d
     }
 }

@@ -2,12 +2,13 @@
 //! tokens are picked and when generation ends, in one place: [`DecodingFlags`], flattened
 //! into each program's arguments.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use puma_core::proto::SamplingParams;
 use puma_layers::Tokenizer;
-use puma_layers::nn::OutputMode;
+use puma_layers::nn::{CorpusIndex, Drafter, OutputMode};
 use puma_layers::stopping::{EosError, eos_ids};
 
 use crate::decoder::RunOptions;
@@ -41,6 +42,11 @@ pub struct DecodingFlags {
     /// parties learn how many were kept). Needs --output-mode secure-argmax, greedy.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=16))]
     pub speculate: Option<u64>,
+    /// Draft from FILE, a public UTF-8 text of the kind the model writes (for a model
+    /// trained on public text, that text), instead of from the prompt: each draft is the
+    /// corpus's most frequent continuation of the text so far. Needs --speculate.
+    #[arg(long, value_name = "FILE", requires = "speculate")]
+    pub draft_corpus: Option<PathBuf>,
 }
 
 impl DecodingFlags {
@@ -89,8 +95,34 @@ impl DecodingFlags {
             }
             opts.drafts = usize::try_from(k).map_err(|_| "--speculate is too large")?;
         }
+        if let Some(path) = &self.draft_corpus {
+            let start = Instant::now();
+            let corpus = load_corpus(path, tok)?;
+            eprintln!(
+                "draft corpus {}: {} tokens indexed in {:.1} s",
+                path.display(),
+                corpus.len(),
+                start.elapsed().as_secs_f64()
+            );
+            opts.drafter = Drafter::Corpus(Arc::new(corpus));
+        }
         Ok(())
     }
+}
+
+/// Reads the public text at `path`, splits it with the model's tokenizer and indexes it
+/// for drafting ([`CorpusIndex`]).
+///
+/// # Errors
+/// A message naming the file: unreadable, not UTF-8, refused by the tokenizer, or empty.
+pub fn load_corpus(path: &Path, tok: &Tokenizer) -> Result<CorpusIndex, String> {
+    let at = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the draft corpus {at}: {e}"))?;
+    let ids = tok
+        .encode(&text)
+        .map_err(|e| format!("cannot tokenize the draft corpus {at}: {e}"))?;
+    CorpusIndex::new(ids).map_err(|e| format!("{e}: {at}"))
 }
 
 /// A --stop value: any text but the empty one.

@@ -18,7 +18,7 @@ use super::attention::{KvCache, starts};
 use super::client::{ClientAt, Delivered, Delivery};
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
-use super::draft::padded_drafts;
+use super::draft::Drafter;
 use super::embedding::share_one_hot;
 use super::settings::SecureSettings;
 use crate::nn::LayerCosts;
@@ -58,6 +58,9 @@ pub struct Decoding {
     /// Speculative verification: tokens the client drafts per step (0: none). Needs
     /// `SecureArgmax` mode and greedy picks; see [`generate_batch`].
     pub drafts: usize,
+    /// How the client drafts them (prompt lookup by default). Only the client uses it:
+    /// the other parties see the drafts as shares.
+    pub drafter: Drafter,
 }
 
 impl Decoding {
@@ -70,6 +73,7 @@ impl Decoding {
             client_stops: false,
             sampling: None,
             drafts: 0,
+            drafter: Drafter::PromptLookup,
         }
     }
 
@@ -463,7 +467,7 @@ pub async fn generate_batch(
             .zip(&k)
             .map(|(&i, &kk)| {
                 if is_client {
-                    padded_drafts(&seqs[i].context, kk)
+                    decoding.drafter.padded(&seqs[i].context, kk)
                 } else {
                     Vec::new()
                 }
@@ -723,10 +727,12 @@ pub async fn generate_batch(
         costs.add(LayerKind::Output, m2, ctx.meter());
         // Who goes on: a sequence ends at the token limit, at an opened end bit, or when
         // the client says so (one bit per sequence that could go on).
+        // The limit counts the accepted drafts (public): a step that confirms drafts up
+        // to it is the last even though it did not start as the last.
         let mut goes_on: Vec<bool> = results
             .iter()
-            .zip(&lasts)
-            .map(|(r, &last)| !last && r.eos != Some(true))
+            .zip(&active)
+            .map(|(r, &i)| seqs[i].produced < max_new && r.eos != Some(true))
             .collect();
         let m3 = ctx.meter();
         let askers: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();

@@ -35,6 +35,7 @@ pub use cost::{LayerCosts, LayerKind};
 pub use decoder::{
     DecoderArch, DecoderSpec, DecoderTensor, Positions, SharedDecoder, forward_logits,
 };
+pub use draft::{CorpusIndex, Drafter};
 pub use generate::{
     Decoding, Finish, Generation, Observer, OutputMode, Progress, StopCheck, argmax_lowest,
     generate, generate_batch,
