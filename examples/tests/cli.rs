@@ -186,7 +186,10 @@ fn a_draft_corpus_needs_speculation_and_a_readable_nonempty_text() {
         let (out, _) = run(gpt2, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{path}: {stderr}");
-        assert!(stderr.contains(why) && stderr.contains(path), "{path}: {stderr}");
+        assert!(
+            stderr.contains(why) && stderr.contains(path),
+            "{path}: {stderr}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

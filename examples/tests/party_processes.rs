@@ -637,3 +637,46 @@ fn an_empty_prompt_is_refused_before_connecting() {
     }
     let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
+
+#[test]
+fn the_client_announces_its_decoding_rules_to_the_other_processes() {
+    // Only the client is given the rules; the others follow what it announces.
+    let n = 4;
+    let model = load_model(Path::new(TINY_MODEL_DIR)).unwrap();
+    let plain = PlainGpt2::new(model.config, model.weights).unwrap();
+    let want = plain.generate_greedy(&PROMPT, n).unwrap();
+    let tok = Tokenizer::from_gpt2_dir(Path::new(TINY_MODEL_DIR)).unwrap();
+    // Secure argmax with drafts: the greedy ids. Drawing among the top 1: the greedy ids
+    // too, through the sampling protocol. A stop string (the text of the first two
+    // tokens): the ids up to the first whose text contains it.
+    let stop = tok.decode(&want[..2]).unwrap();
+    let stop_at = (1..=n)
+        .find(|&m| tok.decode(&want[..m]).unwrap().contains(&stop))
+        .unwrap();
+    for (name, extra, ids) in [
+        (
+            "speculate",
+            vec!["--output-mode", "secure-argmax", "--speculate", "2"],
+            &want[..],
+        ),
+        (
+            "top-k-1",
+            vec!["--top-k", "1", "--temperature", "0.7"],
+            &want[..],
+        ),
+        ("stop", vec!["--stop", stop.as_str()], &want[..stop_at]),
+    ] {
+        let mut args = client_args(n);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let (out, _) = run_to_end(
+            &format!("rules-{name}"),
+            "tcp",
+            TINY_MODEL_DIR,
+            TINY_TIMEOUT,
+            &args,
+            Duration::from_secs(120),
+        );
+        assert_eq!(printed_ids(&out), ids, "{name}: {out}");
+        streamed_is_the_final_text(&out);
+    }
+}

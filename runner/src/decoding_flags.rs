@@ -14,9 +14,44 @@ use puma_layers::stopping::{EosError, eos_ids};
 use crate::decoder::RunOptions;
 use crate::streaming::stop_on_strings;
 
+/// What the client learns at each step (`--output-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeFlag {
+    /// The last position's logits are revealed to the client, which picks the token.
+    #[default]
+    RevealLogits,
+    /// The parties pick the token on shares; the client learns only its id.
+    SecureArgmax,
+    /// Generated ids stay secret-shared (embedded by a secure one-hot) until the end.
+    Private,
+}
+
+impl ModeFlag {
+    /// The output mode it names.
+    pub fn output_mode(self) -> OutputMode {
+        match self {
+            ModeFlag::RevealLogits => OutputMode::RevealLogits,
+            ModeFlag::SecureArgmax => OutputMode::SecureArgmax,
+            ModeFlag::Private => OutputMode::Private,
+        }
+    }
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeFlag::RevealLogits => "reveal-logits",
+            ModeFlag::SecureArgmax => "secure-argmax",
+            ModeFlag::Private => "private",
+        }
+    }
+}
+
 /// How tokens are picked and when generation ends.
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct DecodingFlags {
+    /// What the client learns at each step.
+    #[arg(long, value_enum, default_value_t = ModeFlag::RevealLogits)]
+    pub output_mode: ModeFlag,
     /// End generation once the generated text contains TEXT (repeatable; kept in the output).
     #[arg(long = "stop", value_name = "TEXT", value_parser = non_empty)]
     pub stop: Vec<String>,
@@ -64,8 +99,9 @@ impl DecodingFlags {
         })
     }
 
-    /// Sets `opts`' end-of-sequence ids (from the checkpoint at `model`, unless
-    /// --ignore-eos), stop test and sampling; checks the sampling against `vocab`.
+    /// Sets `opts`' output mode, end-of-sequence ids (from the checkpoint at `model`,
+    /// unless --ignore-eos), stop test, sampling and drafts; checks the sampling against
+    /// `vocab`.
     ///
     /// # Errors
     /// A message naming the flag or the checkpoint file at fault.
@@ -76,6 +112,7 @@ impl DecodingFlags {
         tok: &Arc<Tokenizer>,
         vocab: usize,
     ) -> Result<(), String> {
+        opts.mode = self.output_mode.output_mode();
         if !self.ignore_eos {
             opts.eos = eos_ids(model).map_err(|e: EosError| e.to_string())?;
         }

@@ -23,17 +23,20 @@
 //! to generate; an encoder batch's shape and attention mask) in the first rounds; the
 //! input itself stays secret-shared.
 
+use std::fmt;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use puma_core::proto::SamplingParams;
 use puma_core::{Ctx, Error, PartyId, Width};
 use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert, run};
 use puma_layers::bert::{BertBatch, BertConfig, BertWeights};
 use puma_layers::nn::{
-    DecoderArch, Decoding, Observer, OutputMode, SecureSettings, SharedDecoder, generate,
+    DecoderArch, Decoding, Drafter, Observer, OutputMode, SecureSettings, SharedDecoder, StopCheck,
+    generate,
 };
 use puma_transports::loopback::Network;
 use puma_transports::tls::{Identity, Pins, read_cert};
@@ -256,8 +259,138 @@ pub struct DecoderJob<A: DecoderArch> {
     /// The model's end-of-sequence ids (public, from the checkpoint; all parties must
     /// agree, so they are part of the model fingerprint).
     pub eos: Vec<u32>,
+    /// The client's decoding rules ([`ClientRules`]); announced to the others, who pass
+    /// `None`.
+    pub rules: Option<ClientRules>,
     /// Approximation settings (all parties must agree).
     pub settings: SecureSettings,
+}
+
+/// How the client wants its tokens: the public rules it announces (output mode, whether
+/// to end at the model's end-of-sequence ids, stop test or not, sampling, drafts per
+/// step), with what only it uses (its stop test and drafter).
+#[derive(Clone)]
+pub struct ClientRules {
+    /// What the client learns at each step.
+    pub mode: OutputMode,
+    /// End at the model's end-of-sequence ids ([`DecoderJob::eos`]).
+    pub ends_at_eos: bool,
+    /// Draw tokens on shares instead of the argmax.
+    pub sampling: Option<SamplingParams>,
+    /// Tokens drafted per step for speculative verification (0: none).
+    pub drafts: usize,
+    /// How the client drafts them.
+    pub drafter: Drafter,
+    /// The client's stop test (stop strings), if any.
+    pub stop: Option<StopCheck>,
+}
+
+impl Default for ClientRules {
+    /// Greedy with the logits revealed, ending at the model's end-of-sequence ids.
+    fn default() -> Self {
+        ClientRules {
+            mode: OutputMode::RevealLogits,
+            ends_at_eos: true,
+            sampling: None,
+            drafts: 0,
+            drafter: Drafter::PromptLookup,
+            stop: None,
+        }
+    }
+}
+
+impl fmt::Debug for ClientRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientRules")
+            .field("mode", &self.mode)
+            .field("ends_at_eos", &self.ends_at_eos)
+            .field("sampling", &self.sampling)
+            .field("drafts", &self.drafts)
+            .field("drafter", &self.drafter)
+            .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
+            .finish()
+    }
+}
+
+/// The announced form of a [`ClientRules`]' public part: mode, end-of-sequence rule,
+/// stop test, drafts, then the sampling (present, temperature, top-k + 1 or 0, top-p and
+/// min-p as f64 bits or `u64::MAX`).
+const RULE_WORDS: usize = 9;
+
+impl ClientRules {
+    fn announced(&self) -> [u64; RULE_WORDS] {
+        let mode = match self.mode {
+            OutputMode::RevealLogits => 0,
+            OutputMode::SecureArgmax => 1,
+            OutputMode::Private => 2,
+        };
+        let opt = |v: Option<f64>| v.map_or(u64::MAX, f64::to_bits);
+        let (sampled, t, k, p, m) = match &self.sampling {
+            Some(s) => (
+                1,
+                s.temperature.to_bits(),
+                s.top_k.map_or(0, |k| k as u64 + 1),
+                opt(s.top_p),
+                opt(s.min_p),
+            ),
+            None => (0, 0, 0, u64::MAX, u64::MAX),
+        };
+        [
+            mode,
+            u64::from(self.ends_at_eos),
+            u64::from(self.stop.is_some()),
+            self.drafts as u64,
+            sampled,
+            t,
+            k,
+            p,
+            m,
+        ]
+    }
+}
+
+/// The public decoding rules from their announced words (`model_eos`: the checkpoint's
+/// end-of-sequence ids), or an error blaming the client.
+fn announced_decoding(w: &[u64], max_new: usize, model_eos: &[u32]) -> Result<Decoding, Error> {
+    let bad = || Error::protocol(CLIENT, "announced decoding rules are malformed");
+    let word = |i: usize| w.get(i).copied().ok_or_else(bad);
+    let mode = match word(0)? {
+        0 => OutputMode::RevealLogits,
+        1 => OutputMode::SecureArgmax,
+        2 => OutputMode::Private,
+        _ => return Err(bad()),
+    };
+    let flag = |i: usize| match word(i)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(bad()),
+    };
+    let opt = |i: usize| -> Result<Option<f64>, Error> {
+        Ok(Some(word(i)?)
+            .filter(|&b| b != u64::MAX)
+            .map(f64::from_bits))
+    };
+    let sampling = if flag(4)? {
+        Some(SamplingParams {
+            temperature: f64::from_bits(word(5)?),
+            top_k: match word(6)? {
+                0 => None,
+                k => Some(usize::try_from(k - 1).map_err(|_| bad())?),
+            },
+            top_p: opt(7)?,
+            min_p: opt(8)?,
+        })
+    } else {
+        None
+    };
+    let mut d = Decoding::new(max_new, mode);
+    if flag(1)? {
+        d.eos = model_eos.to_vec();
+    }
+    d.client_stops = flag(2)?;
+    d.drafts = usize::try_from(word(3)?).map_err(|_| bad())?;
+    d.sampling = sampling;
+    Ok(d)
 }
 
 /// What each party knows before an encoder run.
@@ -393,10 +526,10 @@ pub async fn agree_on_model(
 }
 
 /// The protocol one party runs for a decoder (GPT-2, LLaMA): the parties check that they
-/// run the same model ([`agree_on_model`]), the client announces the public sizes, the
-/// owner shares the weights, the client its prompt, and the parties generate greedily with
-/// the logits revealed to the client, until the model's end-of-sequence id or the
-/// announced number of tokens. Returns the generated ids at
+/// run the same model ([`agree_on_model`]), the client announces the public sizes and its
+/// decoding rules ([`ClientRules`]; greedy with the logits revealed, ending at the model's
+/// end-of-sequence ids, if it gives none), the owner shares the weights, the client its
+/// prompt, and the parties generate by those rules up to the announced number of tokens. Returns the generated ids at
 /// the client, nothing elsewhere, or [`ModelDiffers`] at every party if the fingerprints
 /// differ.
 pub fn decoder_protocol<A>(
@@ -416,6 +549,7 @@ where
                 prompt,
                 max_new_tokens,
                 eos,
+                rules,
                 settings,
             } = job;
             let spec = config.spec()?;
@@ -428,13 +562,29 @@ where
                 return Ok(Err(differs));
             }
             let max_positions = spec.max_positions;
-            // The prompt length and the number of steps are public; the client tells.
-            let mine = (me == CLIENT).then(|| {
+            // The prompt length, the number of steps and the decoding rules are public;
+            // the client tells.
+            let rules = if me == CLIENT {
+                Some(rules.unwrap_or_default())
+            } else {
+                None
+            };
+            let mine = rules.as_ref().map(|r| {
                 let len = prompt.as_ref().map_or(0, |p| p.len());
-                vec![len as u64, max_new_tokens as u64]
+                let mut words = vec![len as u64, max_new_tokens as u64];
+                words.extend(r.announced());
+                words
             });
-            let sizes = announce(&mut ctx, CLIENT, mine, 2).await?;
+            let sizes = announce(&mut ctx, CLIENT, mine, 2 + RULE_WORDS).await?;
             let (prompt_len, max_new) = (size(&sizes, 0), size(&sizes, 1));
+            let mut decoding = announced_decoding(sizes.get(2..).unwrap_or(&[]), max_new, &eos)?;
+            let stop = match rules {
+                Some(r) => {
+                    decoding.drafter = r.drafter;
+                    r.stop
+                }
+                None => None,
+            };
             let fits = prompt_len >= 1
                 && prompt_len
                     .checked_add(max_new)
@@ -449,8 +599,6 @@ where
             let shared = SharedDecoder::share(&mut ctx, OWNER, &config, weights.as_deref()).await?;
             // The owner's plaintext is not needed any more.
             drop(weights);
-            let mut decoding = Decoding::new(max_new, OutputMode::RevealLogits);
-            decoding.eos = eos;
             let generation = generate(
                 &mut ctx,
                 &shared,
@@ -460,7 +608,7 @@ where
                 &decoding,
                 &settings,
                 observer,
-                None,
+                stop.as_ref(),
             )
             .await?;
             Ok(Ok(generation.ids))

@@ -90,6 +90,7 @@ fn main() -> ExitCode {
             max_new_tokens,
             // Fixed-length runs: the figures are for exactly this many tokens.
             eos: Vec::new(),
+            rules: None,
             settings: SecureSettings::default(),
         };
         decoder_protocol(p, job, None)

@@ -24,44 +24,15 @@ use std::time::Instant;
 
 use clap::{CommandFactory, Parser, ValueEnum};
 use puma_core::proto::{ExpApprox, GeluFit};
-use puma_layers::nn::{GeluApprox, LayerKind, OutputMode, SecureSettings};
+use puma_layers::nn::{GeluApprox, LayerKind, SecureSettings};
 use puma_layers::{Tokenizer, TokenizerSource};
-use puma_runner::decoding_flags::DecodingFlags;
+use puma_runner::decoding_flags::{DecodingFlags, ModeFlag};
 use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
 };
 use puma_runner::streaming::LiveView;
 use serde_json::{Value, json};
-
-/// What the client learns at each step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    /// The last position's logits are revealed to the client, which picks the token.
-    RevealLogits,
-    /// The parties compute the argmax securely; the client learns only the token id.
-    SecureArgmax,
-    /// Generated ids stay secret-shared (embedded by a secure one-hot) until the end.
-    Private,
-}
-
-impl Mode {
-    fn output_mode(self) -> OutputMode {
-        match self {
-            Mode::RevealLogits => OutputMode::RevealLogits,
-            Mode::SecureArgmax => OutputMode::SecureArgmax,
-            Mode::Private => OutputMode::Private,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Mode::RevealLogits => "reveal-logits",
-            Mode::SecureArgmax => "secure-argmax",
-            Mode::Private => "private",
-        }
-    }
-}
 
 /// The exponential inside softmax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -139,8 +110,6 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
     /// What the client learns at each step.
-    #[arg(long, value_enum, default_value_t = Mode::RevealLogits)]
-    output_mode: Mode,
     /// Squarings in softmax's exponential (more is more accurate; 2 rounds each):
     /// 4..=12 for taylor2, 3..=12 for puma; unused by minimax.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(3..=12))]
@@ -212,7 +181,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_DIR));
     let max_new =
         usize::try_from(args.max_new_tokens).map_err(|_| "--max-new-tokens is too large")?;
-    let mode = args.output_mode;
+    let mode = args.decoding.output_mode;
     let opts = RunOptions {
         max_new_tokens: max_new,
         mode: mode.output_mode(),
@@ -287,7 +256,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
 
     // A bar while the model is shared and the prompt runs, then the text as it comes.
-    let streams = !args.json && mode != Mode::Private;
+    let streams = !args.json && mode != ModeFlag::Private;
     let view = Arc::new(LiveView::new(
         cfg.n_layer,
         max_new,
@@ -330,7 +299,7 @@ fn to_json(
     tok: &Tokenizer,
     model: &str,
     prompt_text: Option<&str>,
-    mode: Mode,
+    mode: ModeFlag,
     args: &Args,
 ) -> Value {
     let per_party = |f: &dyn Fn(usize) -> u64| -> Vec<u64> { (0..3).map(f).collect() };

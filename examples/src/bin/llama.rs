@@ -33,17 +33,6 @@ use puma_runner::llama::{
 use puma_runner::streaming::LiveView;
 use serde_json::json;
 
-/// What the client learns at each step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    /// The last position's logits are revealed to the client, which picks the token.
-    RevealLogits,
-    /// The parties compute the argmax securely; the client learns only the token id.
-    SecureArgmax,
-    /// Generated ids stay secret-shared until the end.
-    Private,
-}
-
 /// The SiLU of the MLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Silu {
@@ -77,9 +66,6 @@ struct Args {
     /// A LLaMA GGUF file or a Hugging Face directory; default: the fetched SmolLM2 GGUF.
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
-    /// What the client learns at each step.
-    #[arg(long, value_enum, default_value_t = Mode::RevealLogits)]
-    output_mode: Mode,
     /// The SiLU approximation.
     #[arg(long, value_enum, default_value_t = Silu::Precise)]
     silu: Silu,
@@ -148,11 +134,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let max_new =
         usize::try_from(args.max_new_tokens).map_err(|_| "--max-new-tokens is too large")?;
-    let mode = match args.output_mode {
-        Mode::RevealLogits => OutputMode::RevealLogits,
-        Mode::SecureArgmax => OutputMode::SecureArgmax,
-        Mode::Private => OutputMode::Private,
-    };
+    let mode = args.decoding.output_mode.output_mode();
     let opts = RunOptions {
         max_new_tokens: max_new,
         mode,

@@ -30,9 +30,12 @@ use puma_layers::stopping::eos_ids;
 use puma_layers::{Gpt2Config, Tokenizer, TokenizerSource};
 use puma_runner::checkpoint::{self, ModelKind};
 use puma_runner::decoder::check_prompt;
+use puma_runner::decoding_flags::DecodingFlags;
+use puma_runner::gpt2::RunOptions;
 use puma_runner::gpt2::{CLIENT, DEFAULT_MODEL_DIR, OWNER, load_model};
 use puma_runner::party::{
-    DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol, encoder_protocol, resolve,
+    ClientRules, DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol,
+    encoder_protocol, resolve,
 };
 use puma_runner::random_gpt2::{RandomShape, current_rss, peak_rss, random_gpt2, shape_config};
 use puma_runner::streaming::LiveView;
@@ -111,6 +114,10 @@ struct Args {
     /// Tokens to generate (client only; announced to the others).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_new_tokens: u64,
+    /// How tokens are picked and when generation ends (client only; the client announces
+    /// the rules, the others follow them).
+    #[command(flatten)]
+    decoding: DecodingFlags,
 }
 
 fn main() -> ExitCode {
@@ -171,7 +178,6 @@ fn run(args: &Args, me: PartyId) -> Result<(), PartyError> {
         Arch::Llama => load_llama_party(args, me, &path)?,
         Arch::Bert | Arch::Auto => load_bert_party(args, me, &path)?,
     };
-    let tokenizer = tokenizer.map(Arc::new);
     // The client prints each token's text as it learns it (decoders).
     let layers = match &model {
         PartyModel::Gpt2(j) => j.config.spec().map(|s| s.layers).ok(),
@@ -420,7 +426,7 @@ fn load_gpt2_party(
     args: &Args,
     me: PartyId,
     dir: &std::path::Path,
-) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+) -> Result<(PartyModel, Option<Arc<Tokenizer>>), PartyError> {
     let (config, weights) = if let Some(r) = args.random_shape {
         let shape = r.shape();
         let layers = args
@@ -459,14 +465,14 @@ fn load_gpt2_party(
     } else {
         None
     };
-    let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
+    let tok = tok.map(Arc::new);
     // Random weights have no end-of-sequence rule: they generate the tokens asked for.
     let eos = if args.random_shape.is_some() {
         Vec::new()
     } else {
         eos_ids(dir).map_err(model_err)?
     };
-    let job = decoder_job(args, config, weights, encode, eos)?;
+    let job = decoder_job(args, config, weights, tok.as_ref(), dir, eos)?;
     Ok((PartyModel::Gpt2(job), tok))
 }
 
@@ -475,7 +481,7 @@ fn load_llama_party(
     args: &Args,
     me: PartyId,
     path: &std::path::Path,
-) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+) -> Result<(PartyModel, Option<Arc<Tokenizer>>), PartyError> {
     let gguf = path.extension().is_some_and(|e| e == "gguf");
     let (config, weights) = if me == OWNER {
         let m = puma_runner::llama::load_model(path).map_err(model_err)?;
@@ -497,19 +503,21 @@ fn load_llama_party(
         }
         (true, false) => Some(Tokenizer::from_dir(path).map_err(model_err)?),
     };
-    let encode = tok.as_ref().map(|t| move |text: &str| t.encode(text));
+    let tok = tok.map(Arc::new);
     let eos = eos_ids(path).map_err(model_err)?;
-    let job = decoder_job(args, config, weights, encode, eos)?;
+    let job = decoder_job(args, config, weights, tok.as_ref(), path, eos)?;
     Ok((PartyModel::Llama(job), tok))
 }
 
-/// A decoder's job: at the client (`encode` is its tokenizer), the prompt ids from
-/// `--prompt-ids` or the encoded `--prompt`, checked against the model.
+/// A decoder's job: at the client (`tok` is its tokenizer), the prompt ids from
+/// `--prompt-ids` or the encoded `--prompt`, checked against the model, and the decoding
+/// rules of its flags (`model`: the checkpoint, for its end-of-sequence ids).
 fn decoder_job<A: DecoderArch>(
     args: &Args,
     config: A,
     weights: Option<Arc<A::Weights>>,
-    encode: Option<impl Fn(&str) -> Result<Vec<u32>, puma_layers::TokenizerError>>,
+    tok: Option<&Arc<Tokenizer>>,
+    model: &std::path::Path,
     eos: Vec<u32>,
 ) -> Result<DecoderJob<A>, PartyError> {
     let max_new = usize::try_from(args.max_new_tokens).unwrap_or(usize::MAX);
@@ -521,17 +529,30 @@ fn decoder_job<A: DecoderArch>(
             return Err(PartyError::Model(e.to_string()));
         }
     }
-    let prompt = match encode {
-        Some(encode) => {
+    let (prompt, rules) = match tok {
+        Some(tok) => {
             let ids = match &args.prompt_ids {
                 Some(ids) => ids.clone(),
-                None => encode(&args.prompt.join(" ")).map_err(model_err)?,
+                None => tok.encode(&args.prompt.join(" ")).map_err(model_err)?,
             };
             check_prompt(&config, &ids, max_new)
                 .map_err(|e| PartyError::Model(format!("bad prompt: {e}")))?;
-            Some(ids.into())
+            let vocab = config.spec().map_err(model_err)?.vocab;
+            let mut opts = RunOptions::default();
+            args.decoding
+                .apply(&mut opts, model, tok, vocab)
+                .map_err(PartyError::Config)?;
+            let rules = ClientRules {
+                mode: opts.mode,
+                ends_at_eos: !args.decoding.ignore_eos,
+                sampling: opts.sampling,
+                drafts: opts.drafts,
+                drafter: opts.drafter,
+                stop: opts.stop,
+            };
+            (Some(ids.into()), Some(rules))
         }
-        None => None,
+        None => (None, None),
     };
     Ok(DecoderJob {
         config,
@@ -539,6 +560,7 @@ fn decoder_job<A: DecoderArch>(
         prompt,
         max_new_tokens: max_new,
         eos,
+        rules,
         settings: SecureSettings::default(),
     })
 }
@@ -548,7 +570,7 @@ fn load_bert_party(
     args: &Args,
     me: PartyId,
     dir: &std::path::Path,
-) -> Result<(PartyModel, Option<Tokenizer>), PartyError> {
+) -> Result<(PartyModel, Option<Arc<Tokenizer>>), PartyError> {
     let (config, weights) = if me == OWNER {
         let (c, w) = puma_layers::bert::load_bert(dir).map_err(model_err)?;
         (c, Some(Arc::new(w)))
