@@ -23,6 +23,7 @@ pub mod diagnostics;
 pub mod gpt2;
 pub mod linear;
 pub mod llama;
+pub mod network_flags;
 pub mod party;
 pub mod random_gpt2;
 pub mod streaming;

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use puma_bench::network::NetworkFlags;
 use puma_layers::Tokenizer;
 use puma_layers::nn::{Drafter, OutputMode};
 use puma_runner::decoding_flags::load_corpus;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, LoadedModel, RunOptions, load_model, run_secure_batch,
 };
+use puma_runner::network_flags::NetworkFlags;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

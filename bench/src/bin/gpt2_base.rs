@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use puma_bench::network::NetworkFlags;
 use puma_core::{Config, PartyId};
 use puma_layers::nn::{
     Decoding, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
 };
+use puma_runner::network_flags::NetworkFlags;
 use puma_runner::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
 
 /// GPT-2 base shape (seeded random weights), 32 prompt tokens → N new tokens, three

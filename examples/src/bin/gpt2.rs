@@ -31,6 +31,7 @@ use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::gpt2::{
     DEFAULT_MODEL_DIR, Gpt2Report, RunOptions, check_prompt, load_model, run_secure,
 };
+use puma_runner::network_flags::NetworkFlags;
 use puma_runner::streaming::LiveView;
 use serde_json::{Value, json};
 
@@ -129,6 +130,9 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only: real parties use the OS).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
+    /// A simulated network between the parties (time per token as rounds cost it).
+    #[command(flatten)]
+    network: NetworkFlags,
 }
 
 fn main() -> ExitCode {
@@ -200,6 +204,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,
+        network: args.network.shape(),
         ..RunOptions::default()
     };
     let mut opts = opts;

@@ -30,6 +30,7 @@ use puma_runner::diagnostics::error_chain as chain;
 use puma_runner::llama::{
     LlamaReport, RunOptions, SMOLLM2_GGUF, check_prompt, load_model, run_secure,
 };
+use puma_runner::network_flags::NetworkFlags;
 use puma_runner::streaming::LiveView;
 use serde_json::json;
 
@@ -78,6 +79,9 @@ struct Args {
     /// Session id and seed of the parties' entropy (demo only).
     #[arg(long, default_value_t = 2024)]
     seed: u64,
+    /// A simulated network between the parties (time per token as rounds cost it).
+    #[command(flatten)]
+    network: NetworkFlags,
 }
 
 fn main() -> ExitCode {
@@ -147,6 +151,7 @@ fn run(args: &Args) -> Result<(), String> {
         },
         compare_plaintext: args.compare_plaintext,
         seed: args.seed,
+        network: args.network.shape(),
         ..RunOptions::default()
     };
     let mut opts = opts;
