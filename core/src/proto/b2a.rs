@@ -14,13 +14,14 @@ use super::mul;
 
 /// Arithmetic shares of single bits: b = b_0 ⊕ b_1 ⊕ b_2 ↦ `[b]` over Z_2^64.
 ///
-/// Three-party OT (docs/PROTOCOLS.md, B2A): the role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2
-/// know β = b_2, and b = t ⊕ β. R0 offers m_j = (t ⊕ j) − ρ with ρ = F_0 + F_1, masked for
-/// R1 and R2; each of them unmasks m_β with a helper string from the other. Output
-/// components (F_0, F_1, b − ρ). Exact. Only bit 0 of each input value is used. Roles
-/// rotate over three blocks.
+/// (docs/PROTOCOLS.md, B2A.) The role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2 know
+/// β = b_2, and b = β + σ·t with σ = 1 − 2β. R0's output components F_0, F_1 come from
+/// its pair keys; the third, b − F_0 − F_1, is built by R1 and R2: R0 sends R2 t − r (r
+/// from R0 and R1's key), R1 sends R2 β + σ·r − F_1, and R1 learns σ·(t − r) − F_0 by a
+/// three-party OT (R0 offers both signs, masked with pads R2 knows; R2 sends the pad of β).
+/// Exact. Only bit 0 of each input value is used. Roles rotate over three blocks.
 ///
-/// Rounds: 1. Bits per element: 384 in total (256 for R0's role, 64 for the others).
+/// Rounds: 1. Bits per element: 320 in total (192 for R0's role, 64 for the others).
 ///
 /// # Errors
 /// `Misuse` unless the input has width 1; `Protocol` if a message is malformed.
@@ -31,12 +32,12 @@ pub async fn b2a(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
     b2a_with(ctx, b, false).await
 }
 
-/// [`b2a`] in two rounds with a third fewer bits: R0 offers its two strings to R1 only,
-/// R2 sends R1 the helper string, and in the second round R1 forwards the unmasked
-/// b − ρ (R2's missing component) to R2. For callers whose bits are not on the critical
-/// path (e.g. a comparison branch running beside a longer polynomial). Exact.
+/// [`b2a`] in two rounds with 40 % fewer bits: instead of the OT, R2 (which has
+/// everything after the first round) sends R1 σ·(t − r) − F_0 in the second. For callers
+/// whose bits are not on the critical path (e.g. a comparison branch running beside a
+/// longer polynomial). Exact.
 ///
-/// Rounds: 2. Bits per element: 256 in total (128 for R0's role, 64 for the others).
+/// Rounds: 2. Bits per element: 192 in total (64 for each role).
 ///
 /// # Errors
 /// As [`b2a`].
@@ -56,8 +57,8 @@ async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool) -> Result<Shares, E
     for ((s, range), c) in role_blocks(n).into_iter().enumerate().zip(ctxs.iter_mut()) {
         states.push(send_block(c, b, range, s, relay)?);
     }
-    // The blocks finish concurrently: with `relay` a party waiting as R2 for its relayed
-    // component must not hold up its own relay as R1 of another block.
+    // The blocks finish concurrently: with `relay` a party waiting as R1 for its relayed
+    // value must not hold up its own relay as R2 of another block.
     let futs: Vec<_> = ctxs
         .iter_mut()
         .zip(states)
@@ -76,10 +77,20 @@ async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool) -> Result<Shares, E
 enum Block {
     /// The sender is done: its components are (F_0, F_1).
     R0 { f0: Vec<u64>, f1: Vec<u64> },
-    /// Waits for the offered strings and R2's helper; keeps β and its known component F_1.
-    R1 { beta: Vec<bool>, f1: Vec<u64> },
-    /// Waits for the offered strings and R1's helper; keeps β and F_0.
+    /// Waits for σ·(t − r) − F_0 (relayed, or by the OT); keeps β, F_1 and its part
+    /// β + σ·r − F_1 of the third component.
+    R1 {
+        beta: Vec<bool>,
+        f1: Vec<u64>,
+        part: Vec<u64>,
+    },
+    /// Waits for t − r and R1's part; keeps β and F_0.
     R2 { beta: Vec<bool>, f0: Vec<u64> },
+}
+
+/// σ·v for σ = 1 − 2β: v, or −v when β is set.
+fn signed(beta: bool, v: u64) -> u64 {
+    if beta { v.wrapping_neg() } else { v }
 }
 
 fn send_block(
@@ -98,35 +109,34 @@ fn send_block(
         .get(range.clone())
         .ok_or(Error::bug("block out of range"))?;
     let bb = b.b().get(range).ok_or(Error::bug("block out of range"))?;
-    let f0 = ctx.pair_random(r0, 3 * n)?; // K_{R0}: R0 and R2 — w_0, w_1, output F_0
-    let f1 = ctx.pair_random(r1, 3 * n)?; // K_{R1}: R0 and R1 — v_0, v_1, output F_1
+    // K_{R0} (R0 and R2): output F_0, and the OT's pads w_0, w_1 without `relay`.
+    let f0 = ctx.pair_random(r0, if relay { n } else { 3 * n })?;
+    // K_{R1} (R0 and R1): output F_1, and the mask r.
+    let f1 = ctx.pair_random(r1, 2 * n)?;
     let err = || Error::bug("b2a role lacks a key");
+    let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
     if me == r0 {
-        let f0 = f0.ok_or_else(err)?;
-        let f1 = f1.ok_or_else(err)?;
-        let (w, out0) = f0.split_at(2 * n);
-        let (v, out1) = f1.split_at(2 * n);
-        let mut to_r1 = Vec::with_capacity(2 * n);
-        let mut to_r2 = Vec::with_capacity(2 * n);
-        for j in 0..2u64 {
-            for k in 0..n {
-                // R0 holds (b_0, b_1): t = b_0 ⊕ b_1.
-                let t = (ba.get(k).copied().unwrap_or(0) ^ bb.get(k).copied().unwrap_or(0)) & 1;
-                let rho = out0
-                    .get(k)
-                    .copied()
-                    .unwrap_or(0)
-                    .wrapping_add(out1.get(k).copied().unwrap_or(0));
-                let m = (t ^ j).wrapping_sub(rho);
-                let idx = j as usize * n + k;
-                to_r1.push(m.wrapping_add(w.get(idx).copied().unwrap_or(0)));
-                to_r2.push(m.wrapping_add(v.get(idx).copied().unwrap_or(0)));
-            }
-        }
-        ctx.send(r1, &to_r1, Width::W64)?;
+        let (f0, f1) = (f0.ok_or_else(err)?, f1.ok_or_else(err)?);
+        let (out0, pads) = f0.split_at(n);
+        let (out1, r) = f1.split_at(n);
+        // R0 holds (b_0, b_1): t = b_0 ⊕ b_1; d = t − r.
+        let d: Vec<u64> = (0..n)
+            .map(|k| ((at(ba, k) ^ at(bb, k)) & 1).wrapping_sub(at(r, k)))
+            .collect();
         if !relay {
-            ctx.send(r2, &to_r2, Width::W64)?;
+            // For R1, per sign: σ_j·d − F_0 masked with w_j (j = β).
+            let mut offer = Vec::with_capacity(2 * n);
+            for j in [false, true] {
+                let base = usize::from(j) * n;
+                offer.extend((0..n).map(|k| {
+                    signed(j, at(&d, k))
+                        .wrapping_sub(at(out0, k))
+                        .wrapping_add(at(pads, base + k))
+                }));
+            }
+            ctx.send(r1, &offer, Width::W64)?;
         }
+        ctx.send(r2, &d, Width::W64)?;
         Ok(Block::R0 {
             f0: out0.to_vec(),
             f1: out1.to_vec(),
@@ -134,49 +144,41 @@ fn send_block(
     } else if me == r1 {
         // R1 holds (b_1, b_2): β = b_2.
         let f1 = f1.ok_or_else(err)?;
+        let (out1, r) = f1.split_at(n);
         let beta: Vec<bool> = bb.iter().map(|v| v & 1 == 1).collect();
-        let helper: Vec<u64> = beta
+        let part: Vec<u64> = beta
             .iter()
             .enumerate()
-            .map(|(k, &be)| f1.get(usize::from(be) * n + k).copied().unwrap_or(0))
+            .map(|(k, &be)| {
+                u64::from(be)
+                    .wrapping_add(signed(be, at(r, k)))
+                    .wrapping_sub(at(out1, k))
+            })
             .collect();
-        if !relay {
-            ctx.send(r2, &helper, Width::W64)?;
-        }
+        ctx.send(r2, &part, Width::W64)?;
         Ok(Block::R1 {
             beta,
-            f1: f1.get(2 * n..).ok_or_else(err)?.to_vec(),
+            f1: out1.to_vec(),
+            part,
         })
     } else {
         // R2 holds (b_2, b_0): β = b_2.
         let f0 = f0.ok_or_else(err)?;
         let beta: Vec<bool> = ba.iter().map(|v| v & 1 == 1).collect();
-        let helper: Vec<u64> = beta
-            .iter()
-            .enumerate()
-            .map(|(k, &be)| f0.get(usize::from(be) * n + k).copied().unwrap_or(0))
-            .collect();
-        ctx.send(r1, &helper, Width::W64)?;
+        if !relay {
+            let pads = f0.get(n..).ok_or_else(err)?;
+            let pad: Vec<u64> = beta
+                .iter()
+                .enumerate()
+                .map(|(k, &be)| at(pads, usize::from(be) * n + k))
+                .collect();
+            ctx.send(r1, &pad, Width::W64)?;
+        }
         Ok(Block::R2 {
             beta,
-            f0: f0.get(2 * n..).ok_or_else(err)?.to_vec(),
+            f0: f0.get(..n).ok_or_else(err)?.to_vec(),
         })
     }
-}
-
-fn unmask(beta: &[bool], offered: &[u64], helper: &[u64]) -> Vec<u64> {
-    let n = beta.len();
-    beta.iter()
-        .zip(helper)
-        .enumerate()
-        .map(|(k, (&be, h))| {
-            offered
-                .get(usize::from(be) * n + k)
-                .copied()
-                .unwrap_or(0)
-                .wrapping_sub(*h)
-        })
-        .collect()
 }
 
 async fn finish_block(
@@ -187,27 +189,46 @@ async fn finish_block(
     let me = ctx.me();
     match st {
         Block::R0 { f0, f1 } => Ok((f0, f1)),
-        Block::R1 { beta, f1 } => {
+        Block::R1 { beta, f1, part } => {
             let n = beta.len();
             let (r2, r0) = (me.next(), me.prev());
-            let offered = ctx.recv(r0, 2 * n, Width::W64).await?;
-            let helper = ctx.recv(r2, n, Width::W64).await?;
-            let m = unmask(&beta, &offered, &helper);
-            if relay {
-                ctx.send(r2, &m, Width::W64)?;
-            }
-            Ok((f1, m))
+            // g = σ·(t − r) − F_0.
+            let g: Vec<u64> = if relay {
+                ctx.recv(r2, n, Width::W64).await?
+            } else {
+                let offer = ctx.recv(r0, 2 * n, Width::W64).await?;
+                let pad = ctx.recv(r2, n, Width::W64).await?;
+                beta.iter()
+                    .zip(&pad)
+                    .enumerate()
+                    .map(|(k, (&be, w))| {
+                        offer
+                            .get(usize::from(be) * n + k)
+                            .copied()
+                            .unwrap_or(0)
+                            .wrapping_sub(*w)
+                    })
+                    .collect()
+            };
+            let third = part.iter().zip(&g).map(|(p, g)| p.wrapping_add(*g)).collect();
+            Ok((f1, third))
         }
         Block::R2 { beta, f0 } => {
             let n = beta.len();
             let (r0, r1) = (me.next(), me.prev());
+            let d = ctx.recv(r0, n, Width::W64).await?;
+            let part = ctx.recv(r1, n, Width::W64).await?;
+            let g: Vec<u64> = beta
+                .iter()
+                .zip(&d)
+                .zip(&f0)
+                .map(|((&be, d), f)| signed(be, *d).wrapping_sub(*f))
+                .collect();
             if relay {
-                let m = ctx.recv(r1, n, Width::W64).await?;
-                return Ok((m, f0));
+                ctx.send(r1, &g, Width::W64)?;
             }
-            let offered = ctx.recv(r0, 2 * n, Width::W64).await?;
-            let helper = ctx.recv(r1, n, Width::W64).await?;
-            Ok((unmask(&beta, &offered, &helper), f0))
+            let third = part.iter().zip(&g).map(|(p, g)| p.wrapping_add(*g)).collect();
+            Ok((third, f0))
         }
     }
 }
@@ -215,7 +236,7 @@ async fn finish_block(
 /// Bit injection `b · x` for shared bits b and shared ring values x: [`b2a`] then [`mul`].
 /// No truncation: b is an integer 0 or 1.
 ///
-/// Rounds: 2. Bits per element: 384 + 192 in total.
+/// Rounds: 2. Bits per element: 320 + 192 in total.
 ///
 /// # Errors
 /// As [`b2a`] and [`mul`].

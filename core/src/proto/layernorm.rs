@@ -81,12 +81,12 @@ const MEAN_LOW_BITS: u32 = 12;
 /// 34) = 1000) + d·(252 + 312 + 372) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12, each truncation
 /// fused into its product's reshare: 128 + 64 + 6d bits) + rsqrt's bits
-/// (72589 at lo = 18, hi = 61, extra = 8: 43·(845 + 384) comparisons and B2A, 17780 for
+/// (69837 at lo = 18, hi = 61, extra = 8: 43·(845 + 320) comparisons and B2A, 17780 for
 /// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for the
-/// rest); d = 768, ε = 1e-5: **792,437 bits per row (99.1 KB)**, against the baseline
+/// rest); d = 768, ε = 1e-5: **789,685 bits per row (98.7 KB)**, against the baseline
 /// plan's 946.7 kbit (939,893 with separate truncations). **Bytes** per party: roles rotate
 /// over three blocks of rows and of elements, so with the number of rows divisible by 24
-/// each party sends exactly 792437·rows/24 bytes; a single row sends (33668, 32730, 32769)
+/// each party sends exactly 789685·rows/24 bytes; a single row sends (33556, 32618, 32649)
 /// bytes (its per-row work falls to one party per role).
 ///
 /// # Errors
@@ -121,8 +121,8 @@ pub async fn layernorm_rows(
 ///
 /// Rounds: 19 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
 /// parties): 1000 for μ + d·(252 + 384) (squares; final product with its truncation by
-/// f + 14 fused into the reshare) + rsqrt's 72589; d = 768, ε = 1e-5: **562,037 bits per
-/// row** (70.3 KB, against 792,437 with γ). **Bytes** per party: 562037·rows/24 for a
+/// f + 14 fused into the reshare) + rsqrt's 69837; d = 768, ε = 1e-5: **559,285 bits per
+/// row** (69.9 KB, against 789,685 with γ). **Bytes** per party: 559285·rows/24 for a
 /// number of rows divisible by 24.
 ///
 /// # Errors

@@ -103,10 +103,10 @@ impl RmsScaling {
 /// d·(192 + 6(2f − k − g)) for the squares, d·(192 + 6(f − 4)) for xg, d·(192 + 6(f + 12))
 /// for the final product, plus rsqrt's bits for one row (hi − lo comparisons in Z_2^62);
 /// f = 18, d = 576, ε = 1e-5 (lo = 13, 47 comparisons): 576·(94 + 252 + 276 + 372) =
-/// 572,544 + 76,519 = **649,063 bits per row** (81.1 KB; 759,655 with the truncations
+/// 572,544 + 73,511 = **646,055 bits per row** (80.8 KB; 759,655 with the truncations
 /// separate from the products). **Bytes** per party: roles rotate over three blocks of
 /// rows and of elements, so with the number of rows divisible by 24 each party sends
-/// exactly 649063·rows/24 bytes; a single row sends (27599, 26791, 26843) bytes.
+/// exactly 646055·rows/24 bytes; a single row sends (27479, 26663, 26715) bytes.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0, a bound with no scaling

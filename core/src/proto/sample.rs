@@ -263,14 +263,14 @@ impl Plan {
 ///
 /// **Bits** per row of v = vocab, summed over the parties, with LT(k) =
 /// 14k − 19 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·244·v (temperature), the maximum's
-/// ([`max_rows`]), 3782·v (negExp), 384·b + 192 (U and U·Q), (v − 1)·LT(ks) + 384·v (the
-/// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·576·v (the final weights),
-/// [top-k]·(N·v·(LT(kd) + 387) + N·LT(kc) + (N − 1)·384) and
-/// [top-p]·(576·v·[top-k] + N·v·(LT(kd) + 387) + N·(192 + LT(33)) + (N − 1)·384).
-/// Pinned in tests/sampling.rs (rows of 16: 142,061 bits per row at T = 1, 500,589 with
-/// every filter). GPT-2's vocabulary (measured, cost report): **5998 bits per element**
-/// at T = 1 (37.7 MB per token in total), **26,711** with top-k = 50 and top-p = 0.9
-/// (167.8 MB).
+/// ([`max_rows`]), 3718·v (negExp), 320·b + 192 (U and U·Q), (v − 1)·LT(ks) + 320·v (the
+/// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·512·v (the final weights),
+/// [top-k]·(N·v·(LT(kd) + 323) + N·LT(kc) + (N − 1)·320) and
+/// [top-p]·(512·v·[top-k] + N·v·(LT(kd) + 323) + N·(192 + LT(33)) + (N − 1)·320).
+/// Pinned in tests/sampling.rs (rows of 16: 137,517 bits per row at T = 1, 468,013 with
+/// every filter). GPT-2's vocabulary (measured, cost report): **5806 bits per element**
+/// at T = 1 (36.5 MB per token in total), **24,855** with top-k = 50 and top-p = 0.9
+/// (156.1 MB).
 ///
 /// **Range** (contract): |x/T| < 4096 for every logit (the maximum's and negExp's
 /// comparisons in Z_2^32) and |x·2^30/T| < 2^62 raw; outside, results are silently wrong.
@@ -389,7 +389,7 @@ pub async fn sample_rows(
 
 /// U = Σ_j 2^j·u_j ∈ [0, 2^bits) per row from `bits` random bits each: the low bits of a
 /// random replicated sharing are a boolean sharing of uniform bits no party knows.
-/// Rounds: 1 (B2A). Bits: 384 per random bit.
+/// Rounds: 1 (B2A). Bits: 320 per random bit.
 async fn uniform(ctx: &mut Ctx, rows: usize, bits: u32) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let n = rows

@@ -127,16 +127,16 @@ impl ExpApprox {
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
 /// t = 9: 19), 8 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
 /// Bits per element, summed over the parties, with trunc(d) = 64 + 6d: Puma 414
-/// (comparison) + 384 (B2A) + 128·t (squares, each truncation fused into the square's
+/// (comparison) + 320 (B2A) + 128·t (squares, each truncation fused into the square's
 /// reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + trunc(60 − f) + 192 (join); f = 18:
-/// t = 5 **2838 bits** (≈ 118 bytes per party and element with role rotation), t = 8
-/// 3990, t = 9 4374. Taylor2 414 + 384 + 128 (x², fused truncation) +
+/// t = 5 **2774 bits** (≈ 116 bytes per party and element with role rotation), t = 8
+/// 3926, t = 9 4310. Taylor2 414 + 320 + 128 (x², fused truncation) +
 /// trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192: t = 4:
-/// **2832 bits**, t = 8: 4368;
-/// Minimax 414 + 384 + 5·(192 + 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// **2768 bits**, t = 8: 4304;
+/// Minimax 414 + 320 + 5·(192 + 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
 /// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 6(60 − f) (P², fused) + 192
-/// (join) = **3782 bits** at f = 18 (≈ 158 bytes per party and element with role
-/// rotation; Taylor2 t = 8: 182).
+/// (join) = **3718 bits** at f = 18 (≈ 155 bytes per party and element with role
+/// rotation; Taylor2 t = 8: 179).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -389,10 +389,11 @@ pub async fn softmax_rows(
 /// Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
 /// n = 1024: 5 tournament levels first, 53 + 11 + 13 + 2 = 79.
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 220230) + n·negExp (Puma t = 5: 2838) + the row's reciprocal (n ≤ 32: 6490)
+/// max (n = 32: 218246) + n·negExp (Puma t = 5: 2774) + the row's reciprocal (n ≤ 32: 6106)
 /// plus n·(128 + 64 + 6(f + 12)) (final products with their truncations fused into the
-/// reshare: 372 per entry); n = 32, Puma t = 5: 220230 + 90816 + 6490 + 11904 =
-/// **329440 bits (41.2 KB) per row** (341728 with separate truncations), pinned in
+/// reshare: 372 per entry); n = 32, Puma t = 5: 218246 + 88768 + 6106 + 11904 =
+/// **325024 bits (40.6 KB) per row** (329440 with the 384-bit B2A, 341728 with separate
+/// truncations), pinned in
 /// tests/softmax.rs.
 ///
 /// # Errors
