@@ -210,7 +210,11 @@ async fn finish_block(
                     })
                     .collect()
             };
-            let third = part.iter().zip(&g).map(|(p, g)| p.wrapping_add(*g)).collect();
+            let third = part
+                .iter()
+                .zip(&g)
+                .map(|(p, g)| p.wrapping_add(*g))
+                .collect();
             Ok((f1, third))
         }
         Block::R2 { beta, f0 } => {
@@ -227,7 +231,11 @@ async fn finish_block(
             if relay {
                 ctx.send(r1, &g, Width::W64)?;
             }
-            let third = part.iter().zip(&g).map(|(p, g)| p.wrapping_add(*g)).collect();
+            let third = part
+                .iter()
+                .zip(&g)
+                .map(|(p, g)| p.wrapping_add(*g))
+                .collect();
             Ok((third, f0))
         }
     }
