@@ -53,8 +53,12 @@ fn smollm2_secure_greedy_is_token_identical_to_the_reference() {
         ids(&reference, "p1.input_ids"),
         ids(&reference, "p2.input_ids"),
     ];
+    // Secure argmax with speculative verification (4 prompt-lookup drafts a step): the
+    // reference's greedy ids whatever the drafts (the other SmolLM2 runs reveal logits).
     let opts = RunOptions {
         max_new_tokens: 10,
+        mode: puma_layers::nn::OutputMode::SecureArgmax,
+        drafts: 4,
         ..RunOptions::default()
     };
     let report = run_secure(model, &prompts, &opts, None).unwrap();

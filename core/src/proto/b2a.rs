@@ -88,6 +88,14 @@ enum Block {
     R2 { beta: Vec<bool>, f0: Vec<u64> },
 }
 
+/// The third component, β + σ·t − F_0 − F_1: R1's part plus g = σ·(t − r) − F_0.
+fn sum_parts(part: &[u64], g: &[u64]) -> Vec<u64> {
+    part.iter()
+        .zip(g)
+        .map(|(p, g)| p.wrapping_add(*g))
+        .collect()
+}
+
 /// σ·v for σ = 1 − 2β: v, or −v when β is set.
 fn signed(beta: bool, v: u64) -> u64 {
     if beta { v.wrapping_neg() } else { v }
@@ -210,11 +218,7 @@ async fn finish_block(
                     })
                     .collect()
             };
-            let third = part
-                .iter()
-                .zip(&g)
-                .map(|(p, g)| p.wrapping_add(*g))
-                .collect();
+            let third = sum_parts(&part, &g);
             Ok((f1, third))
         }
         Block::R2 { beta, f0 } => {
@@ -231,11 +235,7 @@ async fn finish_block(
             if relay {
                 ctx.send(r1, &g, Width::W64)?;
             }
-            let third = part
-                .iter()
-                .zip(&g)
-                .map(|(p, g)| p.wrapping_add(*g))
-                .collect();
+            let third = sum_parts(&part, &g);
             Ok((third, f0))
         }
     }
