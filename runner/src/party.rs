@@ -35,8 +35,7 @@ use puma_core::{Ctx, Error, PartyId, Width};
 use puma_layers::bert::secure::{BatchShape, BertHeads, Outputs, SharedBert, run};
 use puma_layers::bert::{BertBatch, BertConfig, BertWeights};
 use puma_layers::nn::{
-    DecoderArch, Decoding, Drafter, Observer, OutputMode, SecureSettings, SharedDecoder, StopCheck,
-    generate,
+    DecoderArch, Decoding, Observer, OutputMode, SecureSettings, SharedDecoder, StopCheck, generate,
 };
 use puma_transports::loopback::Network;
 use puma_transports::tls::{Identity, Pins, read_cert};
@@ -266,47 +265,23 @@ pub struct DecoderJob<A: DecoderArch> {
     pub settings: SecureSettings,
 }
 
-/// How the client wants its tokens: the public rules it announces (output mode, whether
-/// to end at the model's end-of-sequence ids, stop test or not, sampling, drafts per
-/// step), with what only it uses (its stop test and drafter).
+/// How the client wants its tokens: its decoding rules, whose public part it announces
+/// (output mode, whether it ends at the model's end-of-sequence ids, whether it has a
+/// stop test, sampling, drafts per step), and its stop test. Its drafter and stop test
+/// stay with it.
 #[derive(Clone)]
 pub struct ClientRules {
-    /// What the client learns at each step.
-    pub mode: OutputMode,
-    /// End at the model's end-of-sequence ids ([`DecoderJob::eos`]).
-    pub ends_at_eos: bool,
-    /// Draw tokens on shares instead of the argmax.
-    pub sampling: Option<SamplingParams>,
-    /// Tokens drafted per step for speculative verification (0: none).
-    pub drafts: usize,
-    /// How the client drafts them.
-    pub drafter: Drafter,
+    /// The rules; `max_new` is ignored ([`DecoderJob::max_new_tokens`] is announced), and
+    /// a non-empty `eos` means "end at the model's end-of-sequence ids".
+    pub decoding: Decoding,
     /// The client's stop test (stop strings), if any.
     pub stop: Option<StopCheck>,
-}
-
-impl Default for ClientRules {
-    /// Greedy with the logits revealed, ending at the model's end-of-sequence ids.
-    fn default() -> Self {
-        ClientRules {
-            mode: OutputMode::RevealLogits,
-            ends_at_eos: true,
-            sampling: None,
-            drafts: 0,
-            drafter: Drafter::PromptLookup,
-            stop: None,
-        }
-    }
 }
 
 impl fmt::Debug for ClientRules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientRules")
-            .field("mode", &self.mode)
-            .field("ends_at_eos", &self.ends_at_eos)
-            .field("sampling", &self.sampling)
-            .field("drafts", &self.drafts)
-            .field("drafter", &self.drafter)
+            .field("decoding", &self.decoding)
             .field("stop", &self.stop.as_ref().map(|_| "client stop test"))
             .finish()
     }
@@ -319,13 +294,14 @@ const RULE_WORDS: usize = 9;
 
 impl ClientRules {
     fn announced(&self) -> [u64; RULE_WORDS] {
-        let mode = match self.mode {
+        let d = &self.decoding;
+        let mode = match d.mode {
             OutputMode::RevealLogits => 0,
             OutputMode::SecureArgmax => 1,
             OutputMode::Private => 2,
         };
         let opt = |v: Option<f64>| v.map_or(u64::MAX, f64::to_bits);
-        let (sampled, t, k, p, m) = match &self.sampling {
+        let (sampled, t, k, p, m) = match &d.sampling {
             Some(s) => (
                 1,
                 s.temperature.to_bits(),
@@ -337,9 +313,9 @@ impl ClientRules {
         };
         [
             mode,
-            u64::from(self.ends_at_eos),
-            u64::from(self.stop.is_some()),
-            self.drafts as u64,
+            u64::from(!d.eos.is_empty()),
+            u64::from(d.client_stops),
+            d.drafts as u64,
             sampled,
             t,
             k,
@@ -564,11 +540,15 @@ where
             let max_positions = spec.max_positions;
             // The prompt length, the number of steps and the decoding rules are public;
             // the client tells.
-            let rules = if me == CLIENT {
-                Some(rules.unwrap_or_default())
-            } else {
-                None
-            };
+            let rules = (me == CLIENT).then(|| {
+                rules.unwrap_or_else(|| ClientRules {
+                    decoding: Decoding {
+                        eos: eos.clone(),
+                        ..Decoding::new(max_new_tokens, OutputMode::RevealLogits)
+                    },
+                    stop: None,
+                })
+            });
             let mine = rules.as_ref().map(|r| {
                 let len = prompt.as_ref().map_or(0, |p| p.len());
                 let mut words = vec![len as u64, max_new_tokens as u64];
@@ -580,7 +560,7 @@ where
             let mut decoding = announced_decoding(sizes.get(2..).unwrap_or(&[]), max_new, &eos)?;
             let stop = match rules {
                 Some(r) => {
-                    decoding.drafter = r.drafter;
+                    decoding.drafter = r.decoding.drafter;
                     r.stop
                 }
                 None => None,

@@ -188,7 +188,6 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let mode = args.decoding.output_mode;
     let opts = RunOptions {
         max_new_tokens: max_new,
-        mode: mode.output_mode(),
         settings: SecureSettings {
             softmax_exp: match args.softmax_exp {
                 SoftmaxExp::Minimax => ExpApprox::Minimax,

@@ -141,7 +141,6 @@ fn run(args: &Args) -> Result<(), String> {
     let mode = args.decoding.output_mode.output_mode();
     let opts = RunOptions {
         max_new_tokens: max_new,
-        mode,
         settings: SecureSettings {
             silu: match args.silu {
                 Silu::Precise => SiluApprox::Precise,

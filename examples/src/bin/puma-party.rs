@@ -543,11 +543,7 @@ fn decoder_job<A: DecoderArch>(
                 .apply(&mut opts, model, tok, vocab)
                 .map_err(PartyError::Config)?;
             let rules = ClientRules {
-                mode: opts.mode,
-                ends_at_eos: !args.decoding.ignore_eos,
-                sampling: opts.sampling,
-                drafts: opts.drafts,
-                drafter: opts.drafter,
+                decoding: opts.decoding(),
                 stop: opts.stop,
             };
             (Some(ids.into()), Some(rules))
