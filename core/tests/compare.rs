@@ -190,7 +190,7 @@ fn b2a_mul_bit_and_select_are_exact() {
 }
 
 #[test]
-fn b2a_costs_one_round_and_320_bits() {
+fn b2a_costs_one_round_and_256_bits() {
     let n = 30usize;
     let out = Sim::new(10).run(move |me| {
         move |mut ctx| async move {
@@ -199,8 +199,8 @@ fn b2a_costs_one_round_and_320_bits() {
         }
     });
     assert_eq!(out.rounds(), 1);
-    // Each party plays each role on n/3 elements: (192 + 64 + 64) · n/3 bits.
-    assert_eq!(out.payload_bytes(), [(320 * n / 3 / 8) as u64; 3]);
+    // Each party plays each role on n/3 elements: (128 + 64 + 64) · n/3 bits.
+    assert_eq!(out.payload_bytes(), [(256 * n / 3 / 8) as u64; 3]);
     assert_eq!(
         reconstruct(&out.into_results().unwrap()).unwrap(),
         vec![1; n]

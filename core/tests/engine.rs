@@ -92,7 +92,7 @@ fn joined_muls_share_one_round_and_sequential_ones_take_two() {
 }
 
 #[test]
-fn truncation_costs_one_round_and_172_bits_per_element_fused_product_300() {
+fn truncation_costs_one_round_and_136_bits_per_element_fused_product_264() {
     let m = 8usize; // elements per role block
     let out = Sim::new(4).run(move |_| {
         move |mut ctx| async move {
@@ -102,10 +102,11 @@ fn truncation_costs_one_round_and_172_bits_per_element_fused_product_300() {
     });
     assert_eq!(out.rounds(), 1);
     let d = 18usize;
-    let per_party = 2 * (2 * d * m).div_ceil(8) + 8 * m + 2 * (d * m).div_ceil(8);
+    // As R1: d bits to each other role and a word to R0; as R0 and as R2: d bits.
+    let per_party = 4 * (d * m).div_ceil(8) + 8 * m;
     assert_eq!(out.payload_bytes(), [per_party as u64; 3]);
-    // 172 bits per element, summed over the parties.
-    assert_eq!(3 * per_party * 8, 172 * 3 * m);
+    // 136 bits per element, summed over the parties.
+    assert_eq!(3 * per_party * 8, 136 * 3 * m);
 
     let fused = Sim::new(4).run(move |_| {
         move |mut ctx| async move {
@@ -115,9 +116,9 @@ fn truncation_costs_one_round_and_172_bits_per_element_fused_product_300() {
     });
     assert_eq!(fused.rounds(), 2);
     // The truncation fused into the reshare: each party forwards its 3-of-3 part in two of
-    // the three role blocks (8 bytes per element), 300 bits per element in total.
+    // the three role blocks (8 bytes per element), 264 bits per element in total.
     assert_eq!(fused.payload_bytes(), [(per_party + 8 * 2 * m) as u64; 3]);
-    assert_eq!(3 * (per_party + 16 * m) * 8, 300 * 3 * m);
+    assert_eq!(3 * (per_party + 16 * m) * 8, 264 * 3 * m);
     fused.into_results().unwrap();
 }
 

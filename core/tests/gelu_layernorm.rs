@@ -195,7 +195,7 @@ fn gelu_minimax_refit_is_more_accurate_at_the_same_cost() {
         proto::gelu_with(&mut ctx, &x, &fit).await
     });
     assert_eq!(cost.rounds(), 8);
-    assert_eq!(cost.payload_bytes(), [(1422 * n / 8) as u64; 3]);
+    assert_eq!(cost.payload_bytes(), [(1278 * n / 8) as u64; 3]);
 }
 
 #[test]
@@ -275,7 +275,7 @@ fn gelu_and_silu_far_inputs_select_exactly() {
     }
 }
 
-/// GeLU costs 8 rounds and 1422 bits per element and party (4266 in total;
+/// GeLU costs 8 rounds and 1278 bits per element and party (3834 in total;
 /// docs/PROTOCOLS.md, GeLU);
 /// its three comparisons cost the rounds of one.
 #[test]
@@ -286,7 +286,7 @@ fn gelu_costs_are_pinned() {
         |mut ctx, x| async move { proto::gelu(&mut ctx, &x).await },
     );
     assert_eq!(out.rounds(), 8);
-    assert_eq!(out.payload_bytes(), [(1422 * n / 8) as u64; 3]);
+    assert_eq!(out.payload_bytes(), [(1278 * n / 8) as u64; 3]);
     // One comparison alone (n elements, k' = 32) takes 6 rounds; three batched, too.
     let w = puma_core::Width::new(proto::ACTIVATION_RING_BITS).unwrap();
     for reps in [1usize, 3] {
@@ -303,7 +303,7 @@ fn gelu_costs_are_pinned() {
         proto::gelu(&mut ctx, &x).await
     });
     assert_eq!(big.rounds(), 8);
-    assert_eq!(big.payload_bytes(), [(1422 * 3 * n / 8) as u64; 3]);
+    assert_eq!(big.payload_bytes(), [(1278 * 3 * n / 8) as u64; 3]);
 }
 
 fn silu_exact(x: f64) -> f64 {
@@ -343,7 +343,7 @@ fn silu_accuracy_on_minus_twenty_to_twenty() {
     assert!(max_err <= 0.02, "max err {max_err}");
 }
 
-/// SiLU: 8 rounds, 3360 bits per element in total (1120 per party).
+/// SiLU: 8 rounds, 3028 bits per element in total.
 #[test]
 fn silu_costs_are_pinned() {
     let n = 96usize;
@@ -352,7 +352,7 @@ fn silu_costs_are_pinned() {
         |mut ctx, x| async move { proto::silu(&mut ctx, &x).await },
     );
     assert_eq!(out.rounds(), 8);
-    assert_eq!(out.payload_bytes(), [(3360 * n / 24) as u64; 3]);
+    assert_eq!(out.payload_bytes(), [(3028 * n / 24) as u64; 3]);
 }
 
 /// rsqrt over x ∈ [2^−10, 2^20] (lo = 8, hi = 38) at log-spaced points, powers of two and
@@ -409,7 +409,7 @@ fn rsqrt_without_extra_bits() {
     assert!(worst <= 1e-4, "{worst}");
 }
 
-/// rsqrt at lo = 8, hi = 38 (k' = 40): 14 rounds; 34878 bits per element in total with
+/// rsqrt at lo = 8, hi = 38 (k' = 40): 14 rounds; 32194 bits per element in total with
 /// extra = 0 (a third per party).
 #[test]
 fn rsqrt_costs_are_pinned() {
@@ -418,7 +418,7 @@ fn rsqrt_costs_are_pinned() {
         proto::rsqrt(&mut ctx, &x, 8, 38, 0).await
     });
     assert_eq!(out.rounds(), 14);
-    assert_eq!(out.payload_bytes(), [(34878 * n / 24) as u64; 3]);
+    assert_eq!(out.payload_bytes(), [(32194 * n / 24) as u64; 3]);
 }
 
 /// f64 LayerNorm of one row (biased variance).
@@ -545,14 +545,14 @@ fn layernorm_on_rows_with_tiny_variance() {
 }
 
 /// LayerNorm of rows of 768: 19 rounds whatever the number of rows, pinned bytes; with a
-/// number of rows divisible by 24 each party sends exactly 789,685 bits per row.
+/// number of rows divisible by 24 each party sends exactly 692,275 bits per row.
 #[test]
 fn layernorm_costs_are_pinned() {
     let d = 768;
     for (rows, want) in [
-        (1usize, [33556u64, 32618, 32649]),
-        (4, [132296, 131378, 131410]),
-        (24, [789685; 3]),
+        (1usize, [29308u64, 28666, 28685]),
+        (4, [115872, 115262, 115280]),
+        (24, [692275; 3]),
     ] {
         let out = Sim::new(8).run(move |me| {
             move |mut ctx| async move {
@@ -569,12 +569,12 @@ fn layernorm_costs_are_pinned() {
     }
 }
 
-/// LayerNorm without γ and β, rows of 768: 19 rounds, 559,285 bits per row (a third per
+/// LayerNorm without γ and β, rows of 768: 19 rounds, 489,523 bits per row (a third per
 /// party for a number of rows divisible by 24).
 #[test]
 fn unscaled_layernorm_costs_are_pinned() {
     let d = 768;
-    for (rows, want) in [(1usize, [23956u64, 23018, 23049]), (24, [559285; 3])] {
+    for (rows, want) in [(1usize, [20860u64, 20218, 20237]), (24, [489523; 3])] {
         let out = Sim::new(8).run(move |_| {
             move |mut ctx| async move {
                 let x = ctx.random_shares(rows * d);
@@ -702,8 +702,8 @@ fn gelu_precise_accuracy_and_rounds() {
     }
 }
 
-/// The precise GeLU's exact cost: 3072 bits per element summed over the parties, i.e.
-/// 133⅓ bytes per element and party for n divisible by 24 (comparisons at 22 bits, four
+/// The precise GeLU's exact cost: 2764 bits per element summed over the parties, i.e.
+/// 115⅙ bytes per element and party for n divisible by 24 (comparisons at 22 bits, four
 /// products with the truncation fused into the reshare; the accounting is in the
 /// `gelu_precise` docs and in docs/PROTOCOLS.md, GeLU).
 #[test]
@@ -713,7 +713,7 @@ fn gelu_precise_pinned_cost() {
         proto::gelu_precise(&mut ctx, &x, proto::GeluForm::Erf).await
     });
     assert_eq!(out.rounds(), 10);
-    let per_party = 3072 * n as u64 / 24;
+    let per_party = 2764 * n as u64 / 24;
     assert_eq!(out.payload_bytes(), [per_party; 3]);
 }
 
@@ -773,10 +773,10 @@ fn gelu_chebyshev_accuracy() {
     }
 }
 
-/// The Chebyshev GeLU's exact cost: 2386 bits per element summed over the parties, i.e.
-/// 104.75 bytes per element and party for n divisible by 24, in 9 rounds (the accounting
+/// The Chebyshev GeLU's exact cost: 2184 bits per element summed over the parties, i.e.
+/// 91 bytes per element and party for n divisible by 24, in 9 rounds (the accounting
 /// is in the `gelu_chebyshev` docs and in docs/PROTOCOLS.md, GeLU): 21 % below
-/// `gelu_precise`'s 3072 bits and 10 rounds.
+/// `gelu_precise`'s 2764 bits and 10 rounds.
 #[test]
 fn gelu_chebyshev_pinned_cost() {
     let n = 24 * 10;
@@ -785,7 +785,7 @@ fn gelu_chebyshev_pinned_cost() {
             proto::gelu_chebyshev(&mut ctx, &x, form).await
         });
         assert_eq!(out.rounds(), 9);
-        let per_party = 2386 * n as u64 / 24;
+        let per_party = 2184 * n as u64 / 24;
         assert_eq!(out.payload_bytes(), [per_party; 3]);
     }
 }

@@ -177,7 +177,7 @@ fn max_is_exact_on_fixed_point_in_a_41_bit_ring() {
 
 #[test]
 fn max_costs_are_pinned() {
-    // All pairs over rows of 32 in Z_2^32: 13 rounds; 218246 bits per row in total.
+    // All pairs over rows of 32 in Z_2^32: 13 rounds; 216262 bits per row in total.
     let w32 = Width::new(32).unwrap();
     for rows in [1usize, 3, 384] {
         let out = costs(rows * 32, move |mut ctx, x| async move {
@@ -188,25 +188,25 @@ fn max_costs_are_pinned() {
         let total: u64 = bytes.iter().sum();
         println!("max 32: rows {rows}: bytes {bytes:?}, total {total}");
         // Packing rounds up per record: at most a few bytes per record over the formula.
-        let formula_bits = 218_246 * rows as u64;
+        let formula_bits = 216_262 * rows as u64;
         assert!(
             total * 8 >= formula_bits && total * 8 < formula_bits + 8 * 200,
             "{total}"
         );
     }
-    // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 218246 bits
-    // per row in total, a third per party (9093.58 bytes per row and party).
+    // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 216262 bits
+    // per row in total, a third per party (9010.92 bytes per row and party).
     let out = costs(384 * 32, move |mut ctx, x| async move {
         Ok(vec![proto::max_rows(&mut ctx, &x, 384, 32, w32).await?])
     });
     assert_eq!(out.rounds(), 13);
-    assert_eq!(out.payload_bytes(), [3_491_936; 3]);
-    assert_eq!(3 * 3_491_936 * 8, 218_246 * 384);
+    assert_eq!(out.payload_bytes(), [3_460_192; 3]);
+    assert_eq!(3 * 3_460_192 * 8, 216_262 * 384);
     // One row of 32 (roles split 10/11/11 pairs' worth of work unevenly).
     let out = costs(32, move |mut ctx, x| async move {
         Ok(vec![proto::max_rows(&mut ctx, &x, 1, 32, w32).await?])
     });
-    assert_eq!(out.payload_bytes(), [9106, 9086, 9102]);
+    assert_eq!(out.payload_bytes(), [9026, 9006, 9014]);
     // Argmax of the same rows: no extra round, no extra byte (the one-hot is the B2A'd
     // winner vector of the single level).
     let out = costs(384 * 32, move |mut ctx, x| async move {
@@ -214,9 +214,9 @@ fn max_costs_are_pinned() {
         Ok(vec![m, o])
     });
     assert_eq!(out.rounds(), 13);
-    assert_eq!(out.payload_bytes(), [3_491_936; 3]);
+    assert_eq!(out.payload_bytes(), [3_460_192; 3]);
     // Tournament over rows of 32 at k = 32: 5 levels of R_LT + 2 = 8 rounds; per pair
-    // LT + B2A + reshare = 414 + 320 + 192 = 926 bits, 31 pairs per row.
+    // LT + B2A + reshare = 414 + 256 + 192 = 862 bits, 31 pairs per row.
     let out = costs(384 * 32, move |mut ctx, x| async move {
         let m = proto::max_rows_with(&mut ctx, &x, 384, 32, w32, MaxMethod::Tournament).await?;
         Ok(vec![m])
@@ -224,7 +224,7 @@ fn max_costs_are_pinned() {
     assert_eq!(out.rounds(), 40);
     let total: u64 = out.payload_bytes().iter().sum();
     println!("tournament 32: {:?}", out.payload_bytes());
-    assert!(total * 8 >= 926 * 31 * 384 && total * 8 < 926 * 31 * 384 + 8 * 400);
+    assert!(total * 8 >= 862 * 31 * 384 && total * 8 < 862 * 31 * 384 + 8 * 400);
 }
 
 #[test]
@@ -253,9 +253,9 @@ fn vocabulary_argmax_by_hybrid_tournament() {
         (
             MaxMethod::Hybrid { all_pairs_max: 32 },
             113,
-            [2_941_918, 2_941_813, 2_941_953],
+            [2_673_910, 2_673_781, 2_673_889],
         ),
-        (MaxMethod::default(), 97, [3_030_019, 3_029_982, 3_030_090]),
+        (MaxMethod::default(), 97, [2_762_011, 2_761_942, 2_762_034]),
     ] {
         let (opened, out) = run_on(9, vals.clone(), move |mut ctx, x| async move {
             let (m, o) = proto::argmax_rows_with(&mut ctx, &x, 1, n, w, method).await?;
@@ -265,7 +265,7 @@ fn vocabulary_argmax_by_hybrid_tournament() {
         assert_eq!(opened[1][31_000], 1);
         assert_eq!(out.rounds(), 2 + rounds, "{method:?}");
         // Minus the input (8n from P0) and the re-randomisation (8n each): the argmax
-        // alone sends `bytes` (Hybrid { 32 }: 8.83 MB in total; the default 9.09 MB).
+        // alone sends `bytes` (Hybrid { 32 }: 8.02 MB in total; the default 8.29 MB).
         let b = out.payload_bytes();
         println!(
             "{method:?}: argmax bytes {:?}",
@@ -312,7 +312,7 @@ fn default_max_takes_all_pairs_over_a_cached_step_within_the_budget() {
         });
         let bits = 8 * all.payload_bytes().iter().sum::<u64>();
         let m = n as u64;
-        let formula = 12 * (m * (m - 1) / 2 * 414 + 3 * (m - 1) * (m - 2) + 320 * (m - 1) + 192);
+        let formula = 12 * (m * (m - 1) / 2 * 414 + 3 * (m - 1) * (m - 2) + 256 * (m - 1) + 192);
         println!("n = {n}: all pairs {bits} bits (formula {formula})");
         assert!(
             bits >= formula && bits < formula + 8 * 200,
@@ -408,13 +408,13 @@ fn reciprocal_costs_are_pinned() {
         ])
     });
     assert_eq!(out.rounds(), 14);
-    // 30808 bits per element in total: comparisons 30·523 + B2A 30·320 + 11 shifted
-    // versions (64·11 + 6·66) and 12 squares (12·192) + fused round 3·192 + truncations of
-    // e0 (d = 42) and Y0 (d = 14) + step 2 (2·192 + 2·166) + step 3 (192 + 166).
-    assert_eq!(out.payload_bytes(), [30_808; 3]);
+    // 28542 bits per element in total: comparisons 30·523 + B2A 30·256 + 11 shifted
+    // versions (64·11 + 4·66) and 12 squares (12·192) + fused round 3·192 + truncations of
+    // e0 (d = 42) and Y0 (d = 14) + step 2 (2·192 + 2·132) + step 3 (192 + 132).
+    assert_eq!(out.payload_bytes(), [28_542; 3]);
     assert_eq!(
-        30 * 523 + 30 * 320 + 64 * 11 + 6 * 66 + 12 * 192 + 3 * 192 + 316 + 148 + 384 + 332 + 358,
-        30_808
+        30 * 523 + 30 * 256 + 64 * 11 + 4 * 66 + 12 * 192 + 3 * 192 + 232 + 120 + 384 + 264 + 324,
+        28_542
     );
     // Softmax sums of rows of 32: lo = 17, hi = 23, extra = 12: 13 rounds.
     let out = costs(24, |mut ctx, x| async move {
@@ -423,7 +423,7 @@ fn reciprocal_costs_are_pinned() {
         ])
     });
     assert_eq!(out.rounds(), 13);
-    // 6106 bits per element: comparisons 6·(14·25 − 19 − 15) + B2A 6·320 + X² (192) + fused
+    // 5492 bits per element: comparisons 6·(14·25 − 19 − 15) + B2A 6·256 + X² (192) + fused
     // round 3·192 + truncations of e0 (d = 61 − 23 = 38) and Y0 + step 2 + step 3.
-    assert_eq!(out.payload_bytes(), [6106; 3]);
+    assert_eq!(out.payload_bytes(), [5492; 3]);
 }

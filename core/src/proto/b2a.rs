@@ -17,11 +17,11 @@ use super::mul;
 /// (docs/PROTOCOLS.md, B2A.) The role R0 knows t = b_0 ⊕ b_1, the roles R1 and R2 know
 /// β = b_2, and b = β + σ·t with σ = 1 − 2β. R0's output components F_0, F_1 come from
 /// its pair keys; the third, b − F_0 − F_1, is built by R1 and R2: R0 sends R2 t − r (r
-/// from R0 and R1's key), R1 sends R2 β + σ·r − F_1, and R1 learns σ·(t − r) − F_0 by a
-/// three-party OT (R0 offers both signs, masked with pads R2 knows; R2 sends the pad of β).
+/// from R0 and R1's key), R1 sends R2 β + σ·r − F_1, and R1 learns σ·(t − r) − F_0 from
+/// two messages: t − r + κ from R0 and σ·κ + F_0 from R2 (κ from R0 and R2's key).
 /// Exact. Only bit 0 of each input value is used. Roles rotate over three blocks.
 ///
-/// Rounds: 1. Bits per element: 320 in total (192 for R0's role, 64 for the others).
+/// Rounds: 1. Bits per element: 256 in total (128 for R0's role, 64 for the others).
 ///
 /// # Errors
 /// `Misuse` unless the input has width 1; `Protocol` if a message is malformed.
@@ -32,7 +32,7 @@ pub async fn b2a(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
     b2a_with(ctx, b, false).await
 }
 
-/// [`b2a`] in two rounds with 40 % fewer bits: instead of the OT, R2 (which has
+/// [`b2a`] in two rounds with 25 % fewer bits: instead of R0's masked t − r, R2 (which has
 /// everything after the first round) sends R1 σ·(t − r) − F_0 in the second. For callers
 /// whose bits are not on the critical path (e.g. a comparison branch running beside a
 /// longer polynomial). Exact.
@@ -77,7 +77,7 @@ async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool) -> Result<Shares, E
 enum Block {
     /// The sender is done: its components are (F_0, F_1).
     R0 { f0: Vec<u64>, f1: Vec<u64> },
-    /// Waits for σ·(t − r) − F_0 (relayed, or by the OT); keeps β, F_1 and its part
+    /// Waits for σ·(t − r) − F_0 (relayed, or from R0's and R2's messages); keeps β, F_1 and its part
     /// β + σ·r − F_1 of the third component.
     R1 {
         beta: Vec<bool>,
@@ -117,32 +117,27 @@ fn send_block(
         .get(range.clone())
         .ok_or(Error::bug("block out of range"))?;
     let bb = b.b().get(range).ok_or(Error::bug("block out of range"))?;
-    // K_{R0} (R0 and R2): output F_0, and the OT's pads w_0, w_1 without `relay`.
-    let f0 = ctx.pair_random(r0, if relay { n } else { 3 * n })?;
+    // K_{R0} (R0 and R2): output F_0, and the mask κ without `relay`.
+    let f0 = ctx.pair_random(r0, if relay { n } else { 2 * n })?;
     // K_{R1} (R0 and R1): output F_1, and the mask r.
     let f1 = ctx.pair_random(r1, 2 * n)?;
     let err = || Error::bug("b2a role lacks a key");
     let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
     if me == r0 {
         let (f0, f1) = (f0.ok_or_else(err)?, f1.ok_or_else(err)?);
-        let (out0, pads) = f0.split_at(n);
+        let (out0, kappa) = f0.split_at(n);
         let (out1, r) = f1.split_at(n);
         // R0 holds (b_0, b_1): t = b_0 ⊕ b_1; d = t − r.
         let d: Vec<u64> = (0..n)
             .map(|k| ((at(ba, k) ^ at(bb, k)) & 1).wrapping_sub(at(r, k)))
             .collect();
         if !relay {
-            // For R1, per sign: σ_j·d − F_0 masked with w_j (j = β).
-            let mut offer = Vec::with_capacity(2 * n);
-            for j in [false, true] {
-                let base = usize::from(j) * n;
-                offer.extend((0..n).map(|k| {
-                    signed(j, at(&d, k))
-                        .wrapping_sub(at(out0, k))
-                        .wrapping_add(at(pads, base + k))
-                }));
-            }
-            ctx.send(r1, &offer, Width::W64)?;
+            // For R1: t − r masked with κ; R2 sends R1 σ·κ + F_0, so R1 finds σ·(t − r) − F_0
+            // without learning t − r.
+            let masked: Vec<u64> = (0..n)
+                .map(|k| at(&d, k).wrapping_add(at(kappa, k)))
+                .collect();
+            ctx.send(r1, &masked, Width::W64)?;
         }
         ctx.send(r2, &d, Width::W64)?;
         Ok(Block::R0 {
@@ -174,13 +169,13 @@ fn send_block(
         let f0 = f0.ok_or_else(err)?;
         let beta: Vec<bool> = ba.iter().map(|v| v & 1 == 1).collect();
         if !relay {
-            let pads = f0.get(n..).ok_or_else(err)?;
-            let pad: Vec<u64> = beta
+            let kappa = f0.get(n..).ok_or_else(err)?;
+            let help: Vec<u64> = beta
                 .iter()
                 .enumerate()
-                .map(|(k, &be)| at(pads, usize::from(be) * n + k))
+                .map(|(k, &be)| signed(be, at(kappa, k)).wrapping_add(at(&f0, k)))
                 .collect();
-            ctx.send(r1, &pad, Width::W64)?;
+            ctx.send(r1, &help, Width::W64)?;
         }
         Ok(Block::R2 {
             beta,
@@ -204,18 +199,11 @@ async fn finish_block(
             let g: Vec<u64> = if relay {
                 ctx.recv(r2, n, Width::W64).await?
             } else {
-                let offer = ctx.recv(r0, 2 * n, Width::W64).await?;
-                let pad = ctx.recv(r2, n, Width::W64).await?;
+                let masked = ctx.recv(r0, n, Width::W64).await?;
+                let help = ctx.recv(r2, n, Width::W64).await?;
                 beta.iter()
-                    .zip(&pad)
-                    .enumerate()
-                    .map(|(k, (&be, w))| {
-                        offer
-                            .get(usize::from(be) * n + k)
-                            .copied()
-                            .unwrap_or(0)
-                            .wrapping_sub(*w)
-                    })
+                    .zip(masked.iter().zip(&help))
+                    .map(|(&be, (m, h))| signed(be, *m).wrapping_sub(*h))
                     .collect()
             };
             let third = sum_parts(&part, &g);
@@ -244,7 +232,7 @@ async fn finish_block(
 /// Bit injection `b · x` for shared bits b and shared ring values x: [`b2a`] then [`mul`].
 /// No truncation: b is an integer 0 or 1.
 ///
-/// Rounds: 2. Bits per element: 320 + 192 in total.
+/// Rounds: 2. Bits per element: 256 + 192 in total.
 ///
 /// # Errors
 /// As [`b2a`] and [`mul`].

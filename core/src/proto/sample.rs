@@ -262,15 +262,15 @@ impl Plan {
 /// **107** (108 for T ≠ 1); top-k = 50 and top-p = 0.9: **436**.
 ///
 /// **Bits** per row of v = vocab, summed over the parties, with LT(k) =
-/// 14k − 19 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·244·v (temperature), the maximum's
-/// ([`max_rows`]), 3718·v (negExp), 320·b + 192 (U and U·Q), (v − 1)·LT(ks) + 320·v (the
-/// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·512·v (the final weights),
-/// [top-k]·(N·v·(LT(kd) + 323) + N·LT(kc) + (N − 1)·320) and
-/// [top-p]·(512·v·[top-k] + N·v·(LT(kd) + 323) + N·(192 + LT(33)) + (N − 1)·320).
-/// Pinned in tests/sampling.rs (rows of 16: 137,517 bits per row at T = 1, 468,013 with
-/// every filter). GPT-2's vocabulary (measured, cost report): **5806 bits per element**
-/// at T = 1 (36.5 MB per token in total), **24,855** with top-k = 50 and top-p = 0.9
-/// (156.1 MB).
+/// 14k − 19 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·184·v (temperature), the maximum's
+/// ([`max_rows`]), 3086·v (negExp), 256·b + 192 (U and U·Q), (v − 1)·LT(ks) + 256·v (the
+/// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·448·v (the final weights),
+/// [top-k]·(N·v·(LT(kd) + 259) + N·LT(kc) + (N − 1)·256) and
+/// [top-p]·(448·v·[top-k] + N·v·(LT(kd) + 259) + N·(192 + LT(33)) + (N − 1)·256).
+/// Pinned in tests/sampling.rs (rows of 16: 123,885 bits per row at T = 1, 425,389 with
+/// every filter). GPT-2's vocabulary (measured, cost report): **5047 bits per element**
+/// at T = 1 (31.7 MB per token in total), **22,431** with top-k = 50 and top-p = 0.9
+/// (140.9 MB).
 ///
 /// **Range** (contract): |x/T| < 4096 for every logit (the maximum's and negExp's
 /// comparisons in Z_2^32) and |x·2^30/T| < 2^62 raw; outside, results are silently wrong.
