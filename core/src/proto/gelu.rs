@@ -112,7 +112,7 @@ pub(super) async fn fused_products(
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
 /// as one vector per breakpoint: one batched MSB over the concatenation, then one B2A.
 ///
-/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 320; with
+/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 256; with
 /// `relay`, R_LT(k') + 2 rounds and 192 bits for the B2A ([`super::b2a::b2a_two_rounds`]).
 async fn breakpoint_bits(
     ctx: &mut Ctx,
@@ -274,10 +274,10 @@ impl GeluFit {
 /// [`gelu_with`] with [`GeluFit::MINIMAX`] is a refit of the same cost with an 11 times
 /// smaller maximum error (1.75e-3).
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 3·414 (LT) + 3·320 (B2A) +
-/// 4·192 (products) + 4·172 (truncations by f) + 2·208 (truncation by f + 6) + 192
-/// (join) = 4266, i.e. 1422 per party with role rotation; **Bytes**: 1422·n/8 per party
-/// = 177.75 per element (exact for n divisible by 24).
+/// Rounds: 8. Bits per element, summed over the parties: 3·414 (LT) + 3·256 (B2A) +
+/// 4·192 (products) + 4·136 (truncations by f) + 2·160 (truncation by f + 6) + 192
+/// (join) = 3834, i.e. 1278 per party with role rotation; **Bytes**: 1278·n/8 per party
+/// = 159.75 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -425,8 +425,8 @@ pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
 /// logits must match plaintext closely.
 ///
 /// Schedule: branch A, the breakpoint bits b0 = `[x < −4 − 2^-7]`, b1 = `[x < 4]` in one
-/// batched MSB in a 22-bit ring (6 rounds) and one B2A in its two-round form (2: R1
-/// sends R1 its missing term, 192 bits instead of 320; branch A still ends before
+/// batched MSB in a 22-bit ring (6 rounds) and one B2A in its two-round form (2: R2
+/// sends R1 its missing term, 192 bits instead of 256; branch A still ends before
 /// branch B). The comparisons see x cut to 8
 /// fractional bits by a local shift of every component (a sharing of ⌊x·2^8⌋ − e,
 /// e ∈ {0, 1, 2}, exact modulo 2^(64−f+8)), so each cut moves outwards by less than
@@ -442,11 +442,11 @@ pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
 /// as [`gelu`], |x| < 8188.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·274 (LT at 22 bits) +
-/// 2·192 (B2A) + 4 fused products (128 + 64 + 6d each, d = 12, 28, 28, 28: 264 + 3·360) +
-/// B's truncation by 28 (232) + the final fused product truncated by 30 (372) + 192
-/// (join) = 3072 (5328 before the fused truncations, the 22-bit comparisons,
-/// Paterson–Stockmeyer and the two-round B2A); **Bytes**: 3072·n/24 per party = 128 per
-/// element (exact for n divisible by 24).
+/// 2·192 (B2A) + 4 fused products (128 + 64 + 4d each, d = 12, 28, 28, 28: 240 + 3·304) +
+/// B's truncation by 28 (176) + the final fused product truncated by 30 (312) + 192
+/// (join) = 2764 (5328 as first built, before the fused truncations, the 22-bit
+/// comparisons, Paterson–Stockmeyer, the two-round B2A and the 64 + 4d-bit truncation);
+/// **Bytes**: 2764·n/24 per party = 115⅙ per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -568,7 +568,7 @@ const CHEB_CMP_FRAC_BITS: u32 = 4;
 /// |x| < 8187.875.
 const CHEB_CMP_RING_BITS: u32 = 18;
 
-/// GeLU to 1.3e-4 (`Erf`) or 9e-5 (`Tanh`) for 78 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to 1.3e-4 (`Erf`) or 9e-5 (`Tanh`) for 79 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
 /// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
@@ -604,9 +604,9 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
 /// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18 bits),
-/// 2·192 (B2A), w (192 + 6·25 = 342), T_2 (192 + 6·17 = 294), Q (192 + 6·21 = 318), the
-/// final fused products truncated by 38 (192 + 228 = 420) and the join (192): **2386**
-/// (3072 for [`gelu_precise`]); **Bytes**: 2386·n/24 per party = 99 5/12 per element
+/// 2·192 (B2A), w (192 + 4·25 = 292), T_2 (192 + 4·17 = 260), Q (192 + 4·21 = 276), the
+/// final fused products truncated by 38 (192 + 152 = 344) and the join (192): **2184**
+/// (2764 for [`gelu_precise`]); **Bytes**: 2184·n/24 per party = 91 per element
 /// (exact for n divisible by 24).
 ///
 /// # Errors
@@ -703,12 +703,12 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 /// outside [−6, 6) may wrap, harmlessly (their selector is 0). **Error** (measured,
 /// tests/gelu_layernorm.rs): max |err| vs exact SiLU 0.0148 on [−20, 20] (at x = 6,
 /// inherent to the fit), mean 0.0036; [`silu_chebyshev`] is accurate to 1.5e-4 for about
-/// twice the rounds and 93 % of the bits.
+/// twice the rounds and 92 % of the bits.
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·320 (B2A) +
-/// 4·192 (products) + 3·172 (truncations by f) + 2·208 (truncations by f + 6) + 192
-/// (join) = 3360, i.e. 1120 per party with role rotation; **Bytes**: 3360·n/24 per party
-/// = 140 per element (exact for n divisible by 24).
+/// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·256 (B2A) +
+/// 4·192 (products) + 3·136 (truncations by f) + 2·160 (truncations by f + 6) + 192
+/// (join) = 3028, i.e. 1009⅓ per party with role rotation; **Bytes**: 3028·n/24 per party
+/// = 126⅙ per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -808,7 +808,7 @@ const SILU_RANGE_CUT: u64 = 183;
 /// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
 const SILU_CMP_RING_BITS: u32 = 17;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 3128 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 2778 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -842,10 +842,10 @@ const SILU_CMP_RING_BITS: u32 = 17;
 /// harmlessly, since r is exactly 0 there.
 ///
 /// Rounds: **15**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
-/// Z_2^17), 320 (the sign's B2A) + 192 (the range bit's, two-round), 192 (s·x), v
-/// (192 + 6·23 = 330), {a_3, T_2²} (2·(192 + 6·30) = 744), Q (192 + 6·18 = 300), the final
-/// fused products truncated by 42 (192 + 252 = 444) and the join (192): **3128**
-/// (13,176 for the softmax-based SiLU); **Bytes**: 3128·n/24 per party = 130⅓ per
+/// Z_2^17), 256 (the sign's B2A) + 192 (the range bit's, two-round), 192 (s·x), v
+/// (192 + 4·23 = 284), {a_3, T_2²} (2·(192 + 4·30) = 624), Q (192 + 4·18 = 264), the final
+/// fused products truncated by 42 (192 + 168 = 360) and the join (192): **2778**
+/// (13,176 for the softmax-based SiLU); **Bytes**: 2778·n/24 per party = 115.75 per
 /// element (exact for n divisible by 24).
 ///
 /// # Errors

@@ -65,7 +65,7 @@ const MEAN_LOW_BITS: u32 = 12;
 /// overflow budget is unchanged; 1/d carries a low part, so μ's error does not grow with
 /// |μ|. Measured on the tests' tiny-variance rows: 3.1e-3 with the baseline's precision,
 /// 8.5e-5 with these. Cost: four truncations per row instead of one, xg truncated by f + 2
-/// instead of f (+12 bits per element), squares truncated by f − 8 instead of f (−48 bits
+/// instead of f (+8 bits per element), squares truncated by f − 8 instead of f (−32 bits
 /// per element).
 ///
 /// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, so that each square stays
@@ -77,16 +77,16 @@ const MEAN_LOW_BITS: u32 = 12;
 /// of tiny variance (standard deviation 1e-3 to 1e-2, offsets up to 12).
 ///
 /// Rounds: 1 + 2 + (R_LT(hi + 2) + 7) + 2 = 19 for d = 768 (hi = 61, k' = 63, R_LT = 7).
-/// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 6·(28 + 40 + 22 +
-/// 34) = 1000) + d·(252 + 312 + 372) (squares with their truncation by f − 8, xc'·γ with
+/// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 4·(28 + 40 + 22 +
+/// 34) = 752) + d·(232 + 272 + 312) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12, each truncation
-/// fused into its product's reshare: 128 + 64 + 6d bits) + rsqrt's bits
-/// (69837 at lo = 18, hi = 61, extra = 8: 43·(845 + 320) comparisons and B2A, 17780 for
-/// the normalisation's 44 shifted versions, their squares and the fused round, 1962 for the
-/// rest); d = 768, ε = 1e-5: **789,685 bits per row (98.7 KB)**, against the baseline
-/// plan's 946.7 kbit (939,893 with separate truncations). **Bytes** per party: roles rotate
+/// fused into its product's reshare: 128 + 64 + 4d bits) + rsqrt's bits
+/// (64835 at lo = 18, hi = 61, extra = 8: 43·(845 + 256) comparisons and B2A, 15800 for
+/// the normalisation's 44 shifted versions, their squares and the fused round, 1692 for the
+/// rest); d = 768, ε = 1e-5: **692,275 bits per row (86.5 KB)**, against the baseline
+/// plan's 946.7 kbit (839,731 with separate truncations). **Bytes** per party: roles rotate
 /// over three blocks of rows and of elements, so with the number of rows divisible by 24
-/// each party sends exactly 789685·rows/24 bytes; a single row sends (33556, 32618, 32649)
+/// each party sends exactly 692275·rows/24 bytes; a single row sends (29308, 28666, 28685)
 /// bytes (its per-row work falls to one party per role).
 ///
 /// # Errors
@@ -120,9 +120,9 @@ pub async fn layernorm_rows(
 /// |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
 ///
 /// Rounds: 19 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
-/// parties): 1000 for μ + d·(252 + 384) (squares; final product with its truncation by
-/// f + 14 fused into the reshare) + rsqrt's 69837; d = 768, ε = 1e-5: **559,285 bits per
-/// row** (69.9 KB, against 789,685 with γ). **Bytes** per party: 559285·rows/24 for a
+/// parties): 752 for μ + d·(232 + 320) (squares; final product with its truncation by
+/// f + 14 fused into the reshare) + rsqrt's 64835; d = 768, ε = 1e-5: **489,523 bits per
+/// row** (61.2 KB, against 692,275 with γ). **Bytes** per party: 489523·rows/24 for a
 /// number of rows divisible by 24.
 ///
 /// # Errors

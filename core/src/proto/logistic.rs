@@ -34,9 +34,9 @@ const TANH_RECIP_EXTRA: u32 = 12;
 /// tanh(0) = 0 exactly.
 ///
 /// Rounds: 6 + 1 + 1 + 11 + 13 + 2 + 1 = **35**. Bits per element, summed over the
-/// parties, at f = 18: 414 (sign) + 320 (B2A) + 192 (s·x) + 3718 (negExp) + 3450
-/// (reciprocal) + 372 ((1 − e)·r with its truncation by f + 12) + 192 (s·t) =
-/// **8658 bits**; **Bytes**: 8658·n/24 per party = 360.75 per element (exact for n
+/// parties, at f = 18: 414 (sign) + 256 (B2A) + 192 (s·x) + 3086 (negExp) + 3092
+/// (reciprocal) + 312 ((1 − e)·r with its truncation by f + 12) + 192 (s·t) =
+/// **7544 bits**; **Bytes**: 7544·n/24 per party = 314⅓ per element (exact for n
 /// divisible by 24).
 ///
 /// # Errors

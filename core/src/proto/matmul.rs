@@ -32,8 +32,8 @@ pub async fn matmul(
 /// Fixed-point matrix product: [`matmul`] and a truncation by the session's fractional
 /// bits fused into the reshare (see [`super::mul_fixed`]).
 ///
-/// Rounds: 2. Bits per output element, summed over the parties: 300 at f = 18 (a reshare
-/// and a separate truncation: 364).
+/// Rounds: 2. Bits per output element, summed over the parties: 264 at f = 18 (a reshare
+/// and a separate truncation: 328).
 ///
 /// # Errors
 /// As [`matmul`] and [`trunc`](super::trunc()).

@@ -187,10 +187,10 @@ pub async fn max_rows(
 ///
 /// **Bits** per level and group of m elements, summed over the parties, with LT the bits
 /// of one comparison (k = 32: 414; k = 64: 859): m(m−1)/2·LT (comparisons) +
-/// 3(m−1)(m−2) (AND tree, one bit per gate and party) + 320(m−1) (B2A) + 192 (the fused
-/// sum's reshare). All pairs, n = 32, k = 32: 205344 + 2790 + 9920 + 192 = **218246 bits
-/// (27.3 KB) per row in total**, a third per party with role rotation over many rows.
-/// A tournament level costs LT + 320 + 192 bits per pair (k = 64: 1371 bits).
+/// 3(m−1)(m−2) (AND tree, one bit per gate and party) + 256(m−1) (B2A) + 192 (the fused
+/// sum's reshare). All pairs, n = 32, k = 32: 205344 + 2790 + 7936 + 192 = **216262 bits
+/// (27.0 KB) per row in total**, a third per party with role rotation over many rows.
+/// A tournament level costs LT + 256 + 192 bits per pair (k = 64: 1307 bits).
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols` or `cols` is 0; `Protocol` if a message is malformed.
@@ -235,13 +235,14 @@ pub async fn argmax_rows(
 /// sum. Rounds are therefore those of [`max_rows_with`].
 ///
 /// **Bits**: those of [`max_rows_with`], plus for rows with tournament levels at most
-/// 3n per level (path ANDs) and 320n (the final B2A) per row of n. The vocabulary
+/// 3n per level (path ANDs) and 256n (the final B2A) per row of n. The vocabulary
 /// argmax (n = 50257, k' = 41 or 64), default method: 9 tournament levels then all pairs
-/// of 99, 9·9 + 7 + 7 + 2 = **97 rounds**, at k' = 41 **9.09 MB in total** (3.03 MB per
+/// of 99, 9·9 + 7 + 7 + 2 = **97 rounds**, at k' = 41 **8.29 MB in total** (2.76 MB per
 /// party; measured in tests/max_recip.rs); `Hybrid { all_pairs_max: 32 }`: 11 levels then
 /// all pairs of 25, 11·9 + 7 + 5 + 2 = 113 rounds (a pure tournament: 16·9 = 144) and
-/// 8.83 MB, of which the comparisons take 3.37 MB, the per-level B2A and fused sums
-/// 3.26 MB, the final B2A of the path bits 2.01 MB and the path ANDs 0.19 MB.
+/// 8.02 MB, of which the comparisons take 3.39 MB (50532 at 537 bits), the per-level B2A
+/// and fused sums 2.81 MB (50256 winner bits at 256, 50233 sums at 192), the final B2A of
+/// the path bits 1.61 MB (50257 at 256) and the path ANDs 0.21 MB.
 ///
 /// **Range**: as [`max_rows_with`].
 ///
@@ -490,7 +491,7 @@ async fn winners(
 /// Phase 2 of a level: the arithmetic winner bits (B2A of all members but the last) and
 /// each group's maximum x_last + Σ w_i·(x_i − x_last) as one fused sum. Returns the
 /// maxima (one per group) and, if `want_w`, the arithmetic winner bit of every element.
-/// Rounds: 2 (none without a group of two). Bits: 320 per B2A'd member, 192 per group.
+/// Rounds: 2 (none without a group of two). Bits: 256 per B2A'd member, 192 per group.
 async fn select_max(
     ctx: &mut Ctx,
     cur: &Shares,

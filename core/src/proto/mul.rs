@@ -52,7 +52,7 @@ fn square_terms(x: &Shares) -> Vec<u64> {
 /// `x ⊙ y` truncated by `d` bits, the truncation fused into the reshare
 /// ([`reshare_trunc`]): within {0, +1} of ⌊x·y/2^d⌋ while |x·y| < 2^62 raw.
 ///
-/// Rounds: 2. Bits per element (three parties): 192 + 6·d.
+/// Rounds: 2. Bits per element (three parties): 192 + 4·d.
 pub(crate) async fn mul_trunc(
     ctx: &mut Ctx,
     x: &Shares,
@@ -86,7 +86,7 @@ pub async fn square(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
 ///
 /// Output within {0, +1} ulp of ⌊x·y / 2^f⌋ while |x·y| < 2^62 in raw ring units.
 ///
-/// Rounds: 2. Bits per element, summed over the parties: 128 + 64 + 6f = 300 at f = 18;
+/// Rounds: 2. Bits per element, summed over the parties: 128 + 64 + 4f = 264 at f = 18;
 /// Bytes per party 16·n/3 + those of [`super::trunc`] (n divisible by 3).
 ///
 /// # Errors

@@ -106,7 +106,7 @@ fn pow2(e: i64) -> u64 {
 /// Rounds: max(R_A, R_B) + 1 with R_A = R_LT(hi + 2) + 1 = 2 + ⌈log2(hi + 1)⌉ (0 if
 /// lo = hi) and R_B = [some X_k needed] + [square] ≤ 2; e.g. lo = 8, hi = 38: 7 + 1 + 1 = 9.
 /// Bits per element (summed over the parties), m = hi − lo, k' = hi + 2:
-/// m·(14k' − 19 − 3⌈log2(k'−1)⌉) (comparisons) + 320·m (B2A) + Σ_k (64 + 6k) (shifted
+/// m·(14k' − 19 − 3⌈log2(k'−1)⌉) (comparisons) + 256·m (B2A) + Σ_k (64 + 4k) (shifted
 /// versions) + 192·(number of versions) if squared + 192·(1 + [square] + tables).
 ///
 /// # Errors
@@ -377,17 +377,18 @@ fn plan(f: u32, lo: u32, hi: u32, extra: u32) -> Result<Plan, Error> {
 /// Rounds: R_LT(hi + 2) + 7 = 9 + ⌈log2(hi + 1)⌉ — lo = 8, hi = 38 (k' = 40): **14**;
 /// softmax sums, lo = 17, hi = 23 (k' = 25): **13**.
 /// **Bits** per element, summed over the parties (role rotation: a third each), with
-/// m = hi − lo, k' = hi + 2, trunc(d) = 64 + 6d bits, u, e, g the bits chosen above:
-/// - comparisons and B2A: m·(14k' − 19 − 3⌈log2(k'−1)⌉) + 320·m;
+/// m = hi − lo, k' = hi + 2, trunc(d) = 64 + 4d bits, u, e, g the bits chosen above:
+/// - comparisons and B2A: m·(14k' − 19 − 3⌈log2(k'−1)⌉) + 256·m;
 /// - X versions: trunc(k) for each shift k = max(1, lo + 1 − u)..=hi + 1 − u, and one
 ///   square (192) per version, X itself included when lo < u;
 /// - fused round (u, u², u·T'): 3·192; trunc(2u + 3 − e) for e0, trunc(u + 3 − p) for Y0
 ///   when positive (p = 2f + extra − 1 − hi + g);
 /// - Goldschmidt: 2·192 + 2·trunc(e), then 192 + trunc(e + g).
 ///
-/// lo = 8, hi = 38, extra = 20 (u = 28, e = 17, g = 0): **30808 bits**
-/// (= 3851 bytes per party and element); lo = 17, hi = 23, extra = 12 (u = 29, e = 23,
-/// g = 8, softmax sums of rows of 32): **6106 bits**. Both pinned in tests/max_recip.rs.
+/// lo = 8, hi = 38, extra = 20 (u = 28, e = 17, g = 0): 30·523 + 30·256 +
+/// (64·11 + 4·66) + 12·192 + 3·192 + 232 + 120 + (384 + 264) + 324 = **28542 bits**
+/// (= 1189.25 bytes per party and element); lo = 17, hi = 23, extra = 12 (u = 29, e = 23,
+/// g = 8, softmax sums of rows of 32): **5492 bits**. Both pinned in tests/max_recip.rs.
 ///
 /// # Errors
 /// `Misuse` unless lo ≤ hi ≤ 61 with hi − lo ≤ 32, or if `extra` leaves fewer than 16

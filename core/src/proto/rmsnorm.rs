@@ -99,14 +99,14 @@ impl RmsScaling {
 /// keeps only f − k = 13 fractional bits).
 ///
 /// Rounds: 1 + 2 + (R_LT(62) + 7) + 2 = **19** for k > 0 (d = 576, bound 2^15: k = 5,
-/// g = 21). Bits per row (summed over the parties): d·(64 + 6k) for xs,
-/// d·(192 + 6(2f − k − g)) for the squares, d·(192 + 6(f − 4)) for xg, d·(192 + 6(f + 12))
+/// g = 21). Bits per row (summed over the parties): d·(64 + 4k) for xs,
+/// d·(192 + 4(2f − k − g)) for the squares, d·(192 + 4(f − 4)) for xg, d·(192 + 4(f + 12))
 /// for the final product, plus rsqrt's bits for one row (hi − lo comparisons in Z_2^62);
-/// f = 18, d = 576, ε = 1e-5 (lo = 13, 47 comparisons): 576·(94 + 252 + 276 + 372) =
-/// 572,544 + 73,511 = **646,055 bits per row** (80.8 KB; 759,655 with the truncations
+/// f = 18, d = 576, ε = 1e-5 (lo = 13, 47 comparisons): 576·(84 + 232 + 248 + 312) =
+/// 504,576 + 68,341 = **572,917 bits per row** (71.6 KB; 683,509 with the truncations
 /// separate from the products). **Bytes** per party: roles rotate over three blocks of
 /// rows and of elements, so with the number of rows divisible by 24 each party sends
-/// exactly 646055·rows/24 bytes; a single row sends (27479, 26663, 26715) bytes.
+/// exactly 572917·rows/24 bytes; a single row sends (24271, 23703, 23751) bytes.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0, a bound with no scaling

@@ -98,8 +98,9 @@ pub async fn rsqrt(
 /// Departure from the baseline plan (docs/PROTOCOLS.md, Baseline plan), which starts from
 /// the linear y0 = 1.787 − 0.809u (error 0.0224) and needs two Newton steps: R_LT + 12
 /// rounds there, R_LT + 7 here, with a smaller error; the shared normalisation costs more
-/// bits (its shifted versions of X), so the total bits are about those of the baseline
-/// (36798 against 37240 at k' = 40, before the 320-bit B2A; 34878 since).
+/// bits (its shifted versions of X), so as first built its total bits were about those of
+/// the baseline (36798 against 37240 at k' = 40, with the 384-bit B2A and the 64 + 6d-bit
+/// truncation); 32194 now.
 ///
 /// **Range** (documented contract): 2^lo ≤ X < 2^(hi+1); a violated bound gives a wrong
 /// normalisation (X below 2^lo is treated as if its top bit were lo).
@@ -114,12 +115,13 @@ pub async fn rsqrt(
 /// L = ⌈log2(k' − 1)⌉, tb = f + 14, g the guard bits (4 unless the overflow budget
 /// allows fewer), td = tb − extra − g, the normalisation's shifts
 /// k = max(1, lo + 1 − f) ..= hi + 1 − f and v = their number, plus one if lo < f:
-/// m·(14k' − 19 − 3L) for the comparisons, 320·m for the B2A, Σ_k (64 + 6k) for the
+/// m·(14k' − 19 − 3L) for the comparisons, 256·m for the B2A, Σ_k (64 + 4k) for the
 /// shifted versions of X, 192·v for their squares, 3·192 for the fused u, u², uT,
-/// 64 + 12f for y0, 2·(64 + 6·td) for uT and Y, 4·192 for the products and
-/// 2·(64 + 6f) + 64 + 6(f + 1 + g) for the other truncations. At lo = 8, hi = 38,
-/// extra = 0: 34878 bits (**Bytes** 34878·n/24 per party with role rotation, exact for n
-/// divisible by 24).
+/// 64 + 8f for y0, 2·(64 + 4·td) for uT and Y, 4·192 for the products and
+/// 2·(64 + 4f) + 64 + 4(f + 1 + g) for the other truncations. At lo = 8, hi = 38,
+/// extra = 0 (k = 1..=21, v = 22, g = 4, td = 28): 15690 + 7680 + 2268 + 4224 + 576 +
+/// 208 + 352 + 768 + 272 + 156 = 32194 bits (**Bytes** 32194·n/24 per party with role
+/// rotation, exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless lo ≤ hi ≤ 61, c ≥ 1 and extra ≤ 14, or if the table or the output

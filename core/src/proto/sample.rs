@@ -389,7 +389,7 @@ pub async fn sample_rows(
 
 /// U = Σ_j 2^j·u_j ∈ [0, 2^bits) per row from `bits` random bits each: the low bits of a
 /// random replicated sharing are a boolean sharing of uniform bits no party knows.
-/// Rounds: 1 (B2A). Bits: 320 per random bit.
+/// Rounds: 1 (B2A). Bits: 256 per random bit.
 async fn uniform(ctx: &mut Ctx, rows: usize, bits: u32) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let n = rows

@@ -101,8 +101,11 @@ impl ExpApprox {
 /// x < −14, else the chosen approximation ([`ExpApprox`]), output at f fractional bits.
 ///
 /// Schedule, two concurrent branches:
-/// - (a) b = [x < −14] by one comparison in Z_2^32 ([`SOFTMAX_RING_BITS`]), then B2A
-///   (R_LT + 1 = 7 rounds, hidden behind (b));
+/// - (a) b = [x < −14] by one comparison in Z_2^32 ([`SOFTMAX_RING_BITS`]), then B2A:
+///   the two-round B2A (R_LT + 2 = 8 rounds, 192 bits) whenever (b) takes at least 8
+///   rounds, i.e. for every approximation but Puma t = 3, so that (a) stays hidden behind
+///   (b); for Puma t = 3 (6 rounds in (b)) the one-round B2A (R_LT + 1 = 7 rounds,
+///   256 bits);
 /// - (b) [`ExpApprox::Puma`]: the squaring chain at 30 internal fractional bits: with
 ///   B = x + 2^t (local), y1 = trunc(B², 2f + 2t − 30) = (1 + x/2^t)² — the division by 2^t
 ///   is folded into that truncation —, then t − 2 squarings truncated by 30, and the last
@@ -128,17 +131,17 @@ impl ExpApprox {
 ///
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
 /// t = 9: 19), 8 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
-/// Bits per element, summed over the parties, with trunc(d) = 64 + 6d: Puma 414
-/// (comparison) + 320 (B2A) + 128·t (squares, each truncation fused into the square's
-/// reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + trunc(60 − f) + 192 (join); f = 18:
-/// t = 5 **2774 bits** (≈ 116 bytes per party and element with role rotation), t = 8
-/// 3926, t = 9 4310. Taylor2 414 + 320 + 128 (x², fused truncation) +
-/// trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192: t = 4:
-/// **2768 bits**, t = 8: 4304;
-/// Minimax 414 + 320 + 5·(192 + 6·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
-/// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 6(60 − f) (P², fused) + 192
-/// (join) = **3718 bits** at f = 18 (≈ 155 bytes per party and element with role
-/// rotation; Taylor2 t = 8: 179).
+/// Bits per element, summed over the parties, with trunc(d) = 64 + 4d: Puma 414
+/// (comparison) + 192 (two-round B2A; 256 for t = 3) + 128·t (squares, each truncation
+/// fused into the square's reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) +
+/// trunc(60 − f) + 192 (join); f = 18: t = 5 **2350 bits** (≈ 98 bytes per party and
+/// element with role rotation), t = 8 3310, t = 9 3630. Taylor2 414 + 192 + 128 (x², fused
+/// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
+/// t = 4: **2346 bits**, t = 8: 3626;
+/// Minimax 414 + 192 + 5·(192 + 4·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 4(60 − f) (P², fused) + 192
+/// (join) = **3086 bits** at f = 18 (≈ 129 bytes per party and element with role
+/// rotation; Taylor2 t = 8: 151).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -387,7 +390,7 @@ pub async fn softmax_rows(
 /// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
 /// on every row tested). [`ExpApprox::Minimax`]'s relative error is uniform (8.2e-7 on
 /// [−14, 0]), so its figures are the protocol's rounding (the `protocol` figure of the test,
-/// 3.5e-5), in 8 negExp rounds fewer than Taylor2 t = 8 and with 13 % fewer bytes.
+/// 3.5e-5), in 8 negExp rounds fewer than Taylor2 t = 8 and with 15 % fewer bytes.
 ///
 /// **Rounds** = R_max + R_exp + (R_LT(hi + 2) + 7) + 2 with R_max the rounds of the
 /// maximum ([`crate::proto::max_rows_with`]) for the longest row and R_exp those of
@@ -396,11 +399,10 @@ pub async fn softmax_rows(
 /// Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
 /// n = 1024: 5 tournament levels first, 53 + 11 + 13 + 2 = 79.
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 218246) + n·negExp (Puma t = 5: 2774) + the row's reciprocal (n ≤ 32: 6106)
-/// plus n·(128 + 64 + 6(f + 12)) (final products with their truncations fused into the
-/// reshare: 372 per entry); n = 32, Puma t = 5: 218246 + 88768 + 6106 + 11904 =
-/// **325024 bits (40.6 KB) per row** (329440 with the 384-bit B2A, 341728 with separate
-/// truncations), pinned in
+/// max (n = 32: 216262) + n·negExp (Puma t = 5: 2350) + the row's reciprocal (n ≤ 32: 5492)
+/// plus n·(128 + 64 + 4(f + 12)) (final products with their truncations fused into the
+/// reshare: 312 per entry); n = 32, Puma t = 5: 216262 + 75200 + 5492 + 9984 =
+/// **306938 bits (38.4 KB) per row** (319226 with separate truncations), pinned in
 /// tests/softmax.rs.
 ///
 /// # Errors

@@ -4,7 +4,7 @@
 //!
 //! The 1/√head_dim scaling is folded into the query weights by the owner, so scores are
 //! plain products. All heads and rows of a layer share the rounds: each of the two batched
-//! products is one fused product+truncation (2 rounds, 300 bits per output element over the
+//! products is one fused product+truncation (2 rounds, 264 bits per output element over the
 //! parties), the softmax runs over all rows at once with a public mask (masked positions are
 //! never compared and get weight exactly 0).
 

@@ -44,7 +44,7 @@ impl Linear {
         self.b.as_ref()
     }
 
-    /// `x·W + b` for `rows` input rows (`rows × k`): one fixed-point product (2 rounds, 300
+    /// `x·W + b` for `rows` input rows (`rows × k`): one fixed-point product (2 rounds, 264
     /// bits per output element over the parties); the bias is added locally.
     ///
     /// # Errors
