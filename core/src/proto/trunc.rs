@@ -187,6 +187,15 @@ impl Pads {
             kappa_b: k01.next().unwrap_or_default(),
         })
     }
+
+    /// The output component of R1 and R2: y_2 = ρ + 2^(64−d)·ρ_C.
+    fn y2(&self, d: u32) -> Vec<u64> {
+        self.rho
+            .iter()
+            .zip(&self.rho_c)
+            .map(|(r, c)| r.wrapping_add(c << (64 - d)))
+            .collect()
+    }
 }
 
 fn send_block(
@@ -235,13 +244,7 @@ fn send_block(
         ctx.send(r0, &to_r0, width)?;
         ctx.send(r0, &y1, Width::W64)?;
         ctx.send(r2, &to_r2, width)?;
-        let y2 = p
-            .rho
-            .iter()
-            .zip(&p.rho_c)
-            .map(|(r, c)| r.wrapping_add(c << (64 - d)))
-            .collect();
-        Ok(BlockState::R1 { y1, y2 })
+        Ok(BlockState::R1 { y1, y2: p.y2(d) })
     } else if me == r0 {
         // R0 holds (c_0, c_1): a = c_0 + 2^62. It tells R2 κ' or −ρ_B, by α.
         if lacks(&p.rho_b) {
@@ -265,12 +268,7 @@ fn send_block(
         let alpha: Vec<bool> = a.iter().map(|&a| msb(a)).collect();
         let helper = helper_strings(&alpha, &p.kappa, &p.rho_c, mask);
         ctx.send(r0, &helper, width)?;
-        let rho = p
-            .rho
-            .iter()
-            .zip(&p.rho_c)
-            .map(|(r, c)| r.wrapping_add(c << (64 - d)))
-            .collect();
+        let rho = p.y2(d);
         Ok(BlockState::R2 {
             a,
             alpha,
