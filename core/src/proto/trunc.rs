@@ -149,7 +149,7 @@ enum BlockState {
         a: Vec<u64>,
         alpha: Vec<bool>,
         pad: Vec<u64>,
-        rho: Vec<u64>,
+        y2: Vec<u64>,
     },
 }
 
@@ -268,12 +268,12 @@ fn send_block(
         let alpha: Vec<bool> = a.iter().map(|&a| msb(a)).collect();
         let helper = helper_strings(&alpha, &p.kappa, &p.rho_c, mask);
         ctx.send(r0, &helper, width)?;
-        let rho = p.y2(d);
+        let y2 = p.y2(d);
         Ok(BlockState::R2 {
             a,
             alpha,
             pad: p.rho_c,
-            rho,
+            y2,
         })
     }
 }
@@ -330,13 +330,13 @@ async fn finish_block(
             let y0 = output0(&a, &alpha, &offered, &helper, &pad, width);
             Ok((y0, y1))
         }
-        BlockState::R2 { a, alpha, pad, rho } => {
+        BlockState::R2 { a, alpha, pad, y2 } => {
             let n = a.len();
             let (r0, r1) = (me.next(), me.prev());
             let offered = ctx.recv(r1, n, width).await?;
             let helper = ctx.recv(r0, n, width).await?;
             let y0 = output0(&a, &alpha, &offered, &helper, &pad, width);
-            Ok((rho, y0))
+            Ok((y2, y0))
         }
     }
 }
