@@ -123,8 +123,15 @@ pub fn deal(values: &[u64], seeds: &[Seed; 2], span: Span) -> [Dealt; 3] {
 
 fn expand(seed: &Seed, span: Span, n: usize) -> Vec<u64> {
     let mut v = alloc::vec![0u64; n];
-    prss::fill_from(seed, span.stream, span.start, &mut v);
+    expand_into(seed, span, &mut v);
     v
+}
+
+/// Fills `out` with the component that `seed` stands for at `span`: the words a receiver
+/// of [`Component::Seed`] expands, for a holder that keeps the seed and expands it later
+/// (a share store).
+pub fn expand_into(seed: &Seed, span: Span, out: &mut [u64]) {
+    prss::fill_from(seed, span.stream, span.start, out);
 }
 
 impl Dealt {

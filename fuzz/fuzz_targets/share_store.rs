@@ -2,7 +2,9 @@
 //! header alone and whole.
 //!
 //! Checked: no panic and no allocation the file does not back (libFuzzer's -rss_limit_mb
-//! catches one); a store that reads holds exactly the tensors of its table, of its party.
+//! catches one; a seeded component is backed by its seed and a table under the header's
+//! SHA-256, which a mutation does not keep); a store that reads holds exactly the tensors
+//! of its table, of its party.
 #![no_main]
 
 use std::io::Write;

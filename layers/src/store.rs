@@ -1,13 +1,21 @@
 //! A party's share store: one file holding this party's two components of every tensor of
 //! a model, so that a computing server restarts without the model owner.
 //!
+//! A component the owner dealt as a seed ([`puma_core::dealing`]: `x_0` and `x_1` are
+//! streams of the owner's two seeds, tensor `t` on stream `t`) is kept as that seed, not
+//! as its words: the store of P0 then holds no tensor words at all and those of P1 and P2
+//! one component each, a third of the disk that three full stores take.
+//!
 //! Two parties' stores together reveal the model: a store is written with mode 0600, read
 //! only when no other user may read or write it, and the stores of different parties must
 //! not be kept on one host.
 //!
-//! # Format (version 1)
+//! # Format (version 2)
 //!
-//! Integers are little-endian; strings are UTF-8 after their length.
+//! Integers are little-endian; strings are UTF-8 after their length. A component is
+//! *seeded* if its flag bit is set: bit 0 for the first (`x_i`), bit 1 for the second
+//! (`x_{i+1}`); its words are then those of stream `t` under its seed for the tensor at
+//! table index `t`, and the file holds the seed instead of them.
 //!
 //! | field | bytes |
 //! |---|---|
@@ -18,14 +26,17 @@
 //! | architecture (`gpt2`, `llama`, `bert`, …) | `u16` length, ≤ [`MAX_ARCH_BYTES`] |
 //! | the model's public config, JSON text | `u32` length, ≤ [`MAX_CONFIG_BYTES`] |
 //! | the owner's content hash of the model ([`ModelHash`]) | 32 |
+//! | seeded-component flags (bits 0 and 1; the others 0) | `u8` |
+//! | the seed of each seeded component, first before second | 32 each |
 //! | tensor count | `u32`, ≤ [`MAX_TENSORS`](crate::limits::MAX_TENSORS) |
 //! | per tensor: name, length in elements | `u16` length + name (≤ [`MAX_NAME_BYTES`]), `u64` |
 //! | header digest `d_0` = SHA-256 of everything above | 32 |
-//! | per tensor `i`, in table order: `x_i`, `x_{i+1}` (each `length` × `u64`), then `d_i` = SHA-256(`d_{i-1}` ‖ both components) | 16·length + 32 |
+//! | per tensor `t`, in table order: its components that are not seeded, first before second (each `length` × `u64`), then `d_t` = SHA-256(`d_{t-1}` ‖ those components) | 8·length per unseeded component + 32 |
 //!
 //! The digests form a chain, so the last one covers the whole file while every byte is
 //! hashed once, and a mismatch names its section (the header or one tensor). The file ends
-//! after the last digest.
+//! after the last digest. Version 1, which this build still reads, is version 2 without
+//! the flags and seeds: both components of every tensor are in the file.
 //!
 //! # Checks on reading
 //!
@@ -35,7 +46,9 @@
 //! digest before any header field is believed; then the caller's [`Expect`]ations (party,
 //! fixed-point format, and optionally architecture and model hash); then each tensor's
 //! digest as it streams into its share vectors (reserved fallibly: a model larger than
-//! memory is an error). Every refusal is a [`StoreError`] naming the file and the culprit,
+//! memory is an error). A seeded component is expanded from its seed to the length the
+//! table gives: that length is under the header digest and within the limits, as a
+//! model config's sizes are, but not backed by bytes of the file. Every refusal is a [`StoreError`] naming the file and the culprit,
 //! never a share value.
 
 use std::fmt;
@@ -43,9 +56,10 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
+use puma_core::dealing::{self, Seed, Span};
 use puma_core::{Error, FixedPoint, PartyId, Shares};
 use sha2::{Digest, Sha256};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::limits::{self, LimitError};
 use crate::nn::{PlanError, SharedTensors, TensorPlan};
@@ -53,8 +67,11 @@ use crate::nn::{PlanError, SharedTensors, TensorPlan};
 /// The first eight bytes of every share store.
 pub const MAGIC: [u8; 8] = *b"PUMASTOR";
 
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes; it reads this one and version 1.
+pub const VERSION: u32 = 2;
+
+/// The oldest format version this build reads.
+pub const OLDEST_VERSION: u32 = 1;
 
 /// Longest architecture name in a store, in bytes.
 pub const MAX_ARCH_BYTES: usize = 64;
@@ -250,6 +267,59 @@ impl Expect {
     }
 }
 
+/// The seeds of the components a store keeps as seeds instead of words: if `first`
+/// (`second`) is set, the first (second) component of the tensor at table index `t` is
+/// stream `t` under that seed, as an owner's upload deals it ([`puma_core::dealing`]).
+/// A component the parties computed themselves has no seed and is kept as words.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ComponentSeeds {
+    /// The seed of every tensor's first component (`x_i`), if it is kept as one.
+    pub first: Option<Seed>,
+    /// The seed of every tensor's second component (`x_{i+1}`), if it is kept as one.
+    pub second: Option<Seed>,
+}
+
+impl ComponentSeeds {
+    /// No seeded component: both are kept as words.
+    pub fn none() -> ComponentSeeds {
+        ComponentSeeds::default()
+    }
+
+    /// The two slots, first then second.
+    fn slots(&self) -> [Option<&Seed>; 2] {
+        [self.first.as_ref(), self.second.as_ref()]
+    }
+
+    /// The flag byte of the format: bit 0 for a seeded first component, bit 1 for the
+    /// second.
+    fn flags(&self) -> u8 {
+        u8::from(self.first.is_some()) | (u8::from(self.second.is_some()) << 1)
+    }
+
+    /// How many components of each tensor the file holds as words.
+    fn stored_components(&self) -> u64 {
+        self.slots().iter().filter(|s| s.is_none()).count() as u64
+    }
+}
+
+impl fmt::Debug for ComponentSeeds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A seed is as secret as the component it stands for: only which slots are seeded.
+        f.debug_struct("ComponentSeeds")
+            .field("first", &self.first.is_some())
+            .field("second", &self.second.is_some())
+            .finish()
+    }
+}
+
+impl Drop for ComponentSeeds {
+    fn drop(&mut self) {
+        for s in [&mut self.first, &mut self.second].into_iter().flatten() {
+            s.zeroize();
+        }
+    }
+}
+
 /// A part of a store file, for [`StoreError::Corrupt`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Section {
@@ -288,8 +358,8 @@ pub enum StoreError {
         /// The file.
         path: PathBuf,
     },
-    /// The file is of another format version.
-    #[error("the share store {} has format version {found}; this build reads version {supported}", path.display())]
+    /// The file is of a format version this build does not read.
+    #[error("the share store {} has format version {found}; this build reads versions {OLDEST_VERSION} to {supported}", path.display())]
     Version {
         /// The file.
         path: PathBuf,
@@ -404,16 +474,18 @@ pub enum StoreError {
 /// Writes this party's `tensors` (name and shares, in the model's plan order) with
 /// `header` to `path`, atomically: into a temporary file of mode 0600 in the same
 /// directory, synced, then renamed over `path` (an existing store is replaced whole or
-/// not at all).
+/// not at all). The components `seeds` names are kept as their seeds.
 ///
 /// # Errors
-/// [`StoreError::Malformed`] if a tensor is another party's than `header.party`, or the
-/// header or a name exceeds its bound; [`StoreError::Table`] for a name given twice;
-/// [`StoreError::Limit`] for too many tensors or parameters; [`StoreError::Io`].
+/// [`StoreError::Malformed`] if a tensor is another party's than `header.party` or a
+/// seeded component's first words are not its seed's stream, or the header or a name
+/// exceeds its bound; [`StoreError::Table`] for a name given twice; [`StoreError::Limit`]
+/// for too many tensors or parameters; [`StoreError::Io`].
 pub fn write(
     path: &Path,
     header: &StoreHeader,
     tensors: &[(String, &Shares)],
+    seeds: &ComponentSeeds,
 ) -> Result<(), StoreError> {
     let malformed = |reason| StoreError::Malformed {
         path: path.to_path_buf(),
@@ -422,11 +494,16 @@ pub fn write(
     if tensors.iter().any(|(_, s)| s.party() != header.party) {
         return Err(malformed("a tensor holds another party's shares"));
     }
+    if !seeds_match(tensors, seeds) {
+        return Err(malformed(
+            "a component kept as a seed is not that seed's stream",
+        ));
+    }
     let mut table = TensorPlan::new();
     for (name, shares) in tensors {
         table.push(name.clone(), shares.len());
     }
-    check_table(path, header, &table)?;
+    check_table(path, header, &table, VERSION, seeds)?;
     let file_name = path
         .file_name()
         .ok_or_else(|| malformed("the path names no file"))?;
@@ -444,7 +521,7 @@ pub fn write(
         source,
     };
     let file = create_private(&tmp).map_err(|e| io("create a temporary file for", e))?;
-    let written = write_to(file, header, &table, tensors).map_err(|e| io("write", e));
+    let written = write_to(file, header, &table, tensors, seeds).map_err(|e| io("write", e));
     let result = written
         .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| io("replace", e)))
         // The rename is durable once the directory is synced.
@@ -458,6 +535,27 @@ pub fn write(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Words of each seeded component compared with its seed's stream: enough to catch a
+/// wrong seed or tensor order, at a negligible share of the write's time.
+const SEED_CHECK_WORDS: usize = 64;
+
+/// Whether the first words of every seeded component are its seed's stream.
+fn seeds_match(tensors: &[(String, &Shares)], seeds: &ComponentSeeds) -> bool {
+    let mut expected = Zeroizing::new([0u64; SEED_CHECK_WORDS]);
+    (0u64..).zip(tensors).all(|(stream, (_, shares))| {
+        let (a, b) = shares.components();
+        seeds.slots().into_iter().zip([a, b]).all(|(seed, words)| {
+            let Some(seed) = seed else {
+                return true;
+            };
+            let head = &words[..words.len().min(SEED_CHECK_WORDS)];
+            let want = &mut expected[..head.len()];
+            dealing::expand_into(seed, Span::whole(stream), want);
+            want == head
+        })
+    })
 }
 
 /// A new file of mode 0600 (Unix), replacing a stale temporary file of the same name.
@@ -488,6 +586,7 @@ fn write_to(
     header: &StoreHeader,
     table: &TensorPlan,
     tensors: &[(String, &Shares)],
+    seeds: &ComponentSeeds,
 ) -> io::Result<()> {
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut sha = Sha256::new();
@@ -505,6 +604,10 @@ fn write_to(
     put(&mut out, &(header.config_json.len() as u32).to_le_bytes())?;
     put(&mut out, header.config_json.as_bytes())?;
     put(&mut out, &header.model_hash.0)?;
+    put(&mut out, &[seeds.flags()])?;
+    for seed in seeds.slots().into_iter().flatten() {
+        put(&mut out, seed)?;
+    }
     put(&mut out, &(table.tensors().len() as u32).to_le_bytes())?;
     for (name, len) in table.tensors() {
         put(&mut out, &(name.len() as u16).to_le_bytes())?;
@@ -518,10 +621,13 @@ fn write_to(
         let mut sha = Sha256::new();
         sha.update(digest);
         let (a, b) = shares.components();
-        for chunk in a.chunks(BLOCK_WORDS).chain(b.chunks(BLOCK_WORDS)) {
-            le_bytes(chunk, &mut block);
-            sha.update(&block[..]);
-            out.write_all(&block)?;
+        let stored = seeds.slots().into_iter().zip([a, b]);
+        for (_, words) in stored.filter(|(seed, _)| seed.is_none()) {
+            for chunk in words.chunks(BLOCK_WORDS) {
+                le_bytes(chunk, &mut block);
+                sha.update(&block[..]);
+                out.write_all(&block)?;
+            }
         }
         digest = sha.finalize().into();
         out.write_all(&digest)?;
@@ -530,8 +636,15 @@ fn write_to(
     file.sync_all()
 }
 
-/// Checks a header and table against the bounds; returns the file length they imply.
-fn check_table(path: &Path, header: &StoreHeader, table: &TensorPlan) -> Result<u64, StoreError> {
+/// Checks a header and table against the bounds; returns the file length they imply at
+/// format `version` with `seeds`.
+fn check_table(
+    path: &Path,
+    header: &StoreHeader,
+    table: &TensorPlan,
+    version: u32,
+    seeds: &ComponentSeeds,
+) -> Result<u64, StoreError> {
     let limit = |source| StoreError::Limit {
         path: path.to_path_buf(),
         source,
@@ -554,12 +667,19 @@ fn check_table(path: &Path, header: &StoreHeader, table: &TensorPlan) -> Result<
         });
     }
     // Within the limits (at most 2^34 parameters, 2^14 tensors), this cannot overflow.
-    let header_len = 8 + 4 + 1 + 4 + 2 + header.arch.len() + 4 + header.config_json.len() + 32 + 4;
+    let seeding = if version >= 2 {
+        1 + 32 * (2 - seeds.stored_components() as usize)
+    } else {
+        0
+    };
+    let header_len =
+        8 + 4 + 1 + 4 + 2 + header.arch.len() + 4 + header.config_json.len() + 32 + seeding + 4;
     let table_len: usize = table.tensors().iter().map(|(n, _)| 2 + n.len() + 8).sum();
+    let words_per_element = 8 * seeds.stored_components();
     let data: u64 = table
         .tensors()
         .iter()
-        .map(|(_, n)| 16 * (*n as u64) + 32)
+        .map(|(_, n)| words_per_element * (*n as u64) + 32)
         .sum();
     Ok((header_len + table_len + 32) as u64 + data)
 }
@@ -590,6 +710,7 @@ pub fn read(path: &Path, expect: &Expect) -> Result<(StoreHeader, SharedTensors)
     let Opened {
         header,
         table,
+        seeds,
         mut input,
         mut digest,
     } = open(path)?;
@@ -628,13 +749,17 @@ pub fn read(path: &Path, expect: &Expect) -> Result<(StoreHeader, SharedTensors)
         .try_reserve_exact(table.tensors().len())
         .map_err(|_| memory())?;
     let mut block = Zeroizing::new(vec![0u8; BLOCK_WORDS * 8]);
-    for (name, len) in table.tensors() {
+    for (stream, (name, len)) in (0u64..).zip(table.tensors()) {
         input.sha = Sha256::new();
         input.sha.update(digest);
-        let mut component = || -> Result<Zeroizing<Vec<u64>>, StoreError> {
+        let mut component = |seed: Option<&Seed>| -> Result<Zeroizing<Vec<u64>>, StoreError> {
             // Wiped if a later read fails.
             let mut words = Zeroizing::new(Vec::new());
             words.try_reserve_exact(*len).map_err(|_| memory())?;
+            if let Some(seed) = seed {
+                words.resize(*len, 0);
+                dealing::expand_into(seed, Span::whole(stream), &mut words);
+            }
             while words.len() < *len {
                 let n = (*len - words.len()).min(BLOCK_WORDS);
                 let bytes = &mut block[..n * 8];
@@ -647,7 +772,8 @@ pub fn read(path: &Path, expect: &Expect) -> Result<(StoreHeader, SharedTensors)
             }
             Ok(words)
         };
-        let (mut a, mut b) = (component()?, component()?);
+        let [first, second] = seeds.slots();
+        let (mut a, mut b) = (component(first)?, component(second)?);
         digest = input.check_digest(Section::Tensor(name.clone()))?;
         // Both components have `len` words: this cannot fail.
         let shares = Shares::from_components(
@@ -670,6 +796,8 @@ pub fn read(path: &Path, expect: &Expect) -> Result<(StoreHeader, SharedTensors)
 struct Opened<'p> {
     header: StoreHeader,
     table: TensorPlan,
+    /// The components kept as seeds.
+    seeds: ComponentSeeds,
     /// Positioned at the first tensor.
     input: HashingReader<'p>,
     /// The header digest `d_0`.
@@ -711,7 +839,7 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
         return Err(StoreError::NotAStore { path: at() });
     }
     let version = input.u32()?;
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(StoreError::Version {
             path: at(),
             found: version,
@@ -732,6 +860,16 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
     let config_json = input.bytes(config_len)?;
     let mut model_hash = [0u8; 32];
     input.fill(&mut model_hash)?;
+    let mut seeds = ComponentSeeds::none();
+    // Version 1 has no flags: both components are in the file.
+    let flags = if version >= 2 { input.u8()? } else { 0 };
+    for (bit, slot) in [(1, &mut seeds.first), (2, &mut seeds.second)] {
+        if flags & bit != 0 {
+            let mut seed = [0u8; 32];
+            input.fill(&mut seed)?;
+            *slot = Some(seed);
+        }
+    }
     let count = input.u32()? as usize;
     limit("tensors", count, limits::MAX_TENSORS)?;
     let mut raw_table = Vec::with_capacity(count);
@@ -745,6 +883,9 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
     }
     let stored = input.check_digest(Section::Header)?;
     let malformed = |reason| StoreError::Malformed { path: at(), reason };
+    if flags & !3 != 0 {
+        return Err(malformed("unknown seeded-component flags"));
+    }
     let utf8 = |bytes: Vec<u8>, reason| String::from_utf8(bytes).map_err(|_| malformed(reason));
     let header = StoreHeader {
         party: PartyId::try_from_u8(party).ok_or_else(|| malformed("no such party"))?,
@@ -757,7 +898,7 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
     for (name, len) in raw_table {
         table.push(utf8(name, "a tensor name is not UTF-8")?, len);
     }
-    let expected = check_table(path, &header, &table)?;
+    let expected = check_table(path, &header, &table, version, &seeds)?;
     if file_len < expected {
         return Err(StoreError::Truncated {
             path: at(),
@@ -771,6 +912,7 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
     Ok(Opened {
         header,
         table,
+        seeds,
         input,
         digest: stored,
     })

@@ -9,7 +9,7 @@
 //! ([`ModelHasher`] over the serialised spec and the encoded tensors), which it announces
 //! so that the servers' share stores can be told apart.
 
-use puma_core::dealing::{self, Dealt, Seed, Span};
+use puma_core::dealing::{self, Component, Dealt, Seed, Span};
 use puma_core::{Error, FixedPoint, PartyId};
 
 use crate::bert::secure::{BertSpec, SharedBert, encoded_tensors};
@@ -17,7 +17,7 @@ use crate::bert::{BertConfig, BertWeights};
 use crate::nn::decoder::{DecoderArch, DecoderSpec, SharedDecoder};
 use crate::nn::plan::{SharedTensors, TensorPlan};
 use crate::nn::range::decoder_range_violation;
-use crate::store::{ModelHash, ModelHasher};
+use crate::store::{ComponentSeeds, ModelHash, ModelHasher};
 
 /// One tensor as one server receives it from the owner.
 #[derive(Debug)]
@@ -119,6 +119,25 @@ fn deal_tensors(
         }))?;
     }
     hasher.finish()
+}
+
+/// The seeds this server's parts share across the whole upload, slot by slot: what its
+/// share store keeps instead of those components' words. A slot is seeded only if every
+/// tensor's part has it as the same seed (tensor `t` on stream `t`, as [`deal_decoder`]
+/// and [`deal_encoder`] deal it); a slot dealt as values, or under different seeds, is not.
+pub fn common_seeds(tensors: &[DealtTensor]) -> ComponentSeeds {
+    let common = |slot: fn(&Dealt) -> &Component| {
+        let mut seeds = tensors.iter().map(|t| match slot(&t.dealt) {
+            Component::Seed(s) => Some(s),
+            Component::Values(_) => None,
+        });
+        let first = seeds.next().flatten()?;
+        seeds.all(|s| s == Some(first)).then_some(*first)
+    };
+    ComponentSeeds {
+        first: common(|d| &d.first),
+        second: common(|d| &d.second),
+    }
 }
 
 /// Server `me`'s shares of a decoder of shape `spec` from the parts the owner dealt it

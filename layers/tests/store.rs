@@ -18,7 +18,9 @@ use puma_layers::nn::{
     DecoderArch, PlanError, SecureSettings, SharedDecoder, SharedTensors, TensorPlan,
     forward_logits,
 };
-use puma_layers::store::{self, Expect, ModelHash, ModelHasher, Section, StoreError, StoreHeader};
+use puma_layers::store::{
+    self, ComponentSeeds, Expect, ModelHash, ModelHasher, Section, StoreError, StoreHeader,
+};
 use puma_layers::{Gpt2Config, load_gpt2};
 
 use crate::common::{Reference, model_dir};
@@ -27,6 +29,11 @@ const CLIENT: PartyId = PartyId::P0;
 const OWNER: PartyId = PartyId::P1;
 /// The fixture README's secure bound for the Shakespeare GPT-2's logits.
 const GPT2_LOGIT_BOUND: f64 = 2e-2;
+
+/// No component kept as a seed: shares the parties made among themselves.
+fn none() -> ComponentSeeds {
+    ComponentSeeds::none()
+}
 
 fn store_path(dir: &Path, me: PartyId) -> PathBuf {
     dir.join(format!("{me}.store"))
@@ -86,7 +93,13 @@ fn shakespeare_gpt2_from_three_stores_computes_what_the_shared_model_computes() 
                 config_json: text,
                 model_hash: hash,
             };
-            store::write(&store_path(&stores, me), &header, &model.tensors()?).unwrap();
+            store::write(
+                &store_path(&stores, me),
+                &header,
+                &model.tensors()?,
+                &none(),
+            )
+            .unwrap();
             let prompt = (me == CLIENT).then_some(&ids[..]);
             forward_logits(&mut ctx, &model, CLIENT, prompt, len, &settings).await
         }
@@ -245,7 +258,13 @@ fn tiny_bert_round_trips_through_its_stores() {
                 config_json: text,
                 model_hash: hash,
             };
-            store::write(&store_path(&stores, me), &header, &shared.tensors()?).unwrap();
+            store::write(
+                &store_path(&stores, me),
+                &header,
+                &shared.tensors()?,
+                &none(),
+            )
+            .unwrap();
             let batch = (me == CLIENT).then_some(&*batch);
             run(&mut ctx, &shared, CLIENT, batch, &shape, outputs, &settings).await
         }
@@ -309,7 +328,13 @@ fn small_store(dir: &Path) -> (PathBuf, StoreHeader, [Shares; 2]) {
         model_hash: ModelHash([1; 32]),
     };
     let path = dir.join("small.store");
-    store::write(&path, &header, &[("a".into(), &a), ("b".into(), &b)]).unwrap();
+    store::write(
+        &path,
+        &header,
+        &[("a".into(), &a), ("b".into(), &b)],
+        &none(),
+    )
+    .unwrap();
     (path, header, [a, b])
 }
 
@@ -352,13 +377,19 @@ fn a_store_reads_back_what_was_written() {
     let (ta, tb) = (tensors.take("a").unwrap(), tensors.take("b").unwrap());
     assert_eq!(ta.components(), a.components());
     assert_eq!(tb.components(), b.components());
-    // 12 + header (1 + 4 + 2+4 + 4+8 + 32 + 4) + table (2×(2+1+8)) + digest 32, then the
-    // components and a digest per tensor.
+    // 12 + header (1 + 4 + 2+4 + 4+8 + 32 + flags 1 + 4) + table (2×(2+1+8)) + digest
+    // 32, then the components and a digest per tensor.
     let len = std::fs::metadata(&path).unwrap().len();
-    assert_eq!(len, 12 + 59 + 22 + 32 + (16_000 + 32) + (48_000 + 32));
+    assert_eq!(len, 12 + 60 + 22 + 32 + (16_000 + 32) + (48_000 + 32));
     // Writing again replaces the store whole.
     let (a2, b2) = (a.neg(), b.neg());
-    store::write(&path, &header, &[("a".into(), &a2), ("b".into(), &b2)]).unwrap();
+    store::write(
+        &path,
+        &header,
+        &[("a".into(), &a2), ("b".into(), &b2)],
+        &none(),
+    )
+    .unwrap();
     let (_, mut tensors) = store::read(&path, &expect).unwrap();
     assert_eq!(tensors.take("a").unwrap().components(), a2.components());
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
@@ -409,7 +440,7 @@ fn stores_that_do_not_fit_are_refused_naming_the_culprit() {
         e => panic!("flipped data: {e}"),
     }
     // In tensor a's digest (the chain names the first section that disagrees).
-    let digest_a = 12 + 59 + 22 + 32 + 16_000;
+    let digest_a = 12 + 60 + 22 + 32 + 16_000;
     let flipped = edited(&path, "digest.store", |b| b[digest_a] ^= 0x80);
     match refusal(&flipped, &ok) {
         StoreError::Corrupt { section, .. } => assert_eq!(section, Section::Tensor("a".into())),
@@ -449,17 +480,17 @@ fn stores_that_do_not_fit_are_refused_naming_the_culprit() {
     assert!(matches!(refusal(&magic, &ok), StoreError::NotAStore { .. }));
     let empty = edited(&path, "empty.store", Vec::clear);
     assert!(matches!(refusal(&empty, &ok), StoreError::NotAStore { .. }));
-    let version = edited(&path, "version.store", |b| b[8] = 2);
+    let version = edited(&path, "version.store", |b| b[8] = 3);
     match refusal(&version, &ok) {
         StoreError::Version {
             found, supported, ..
-        } => assert_eq!((found, supported), (2, 1)),
+        } => assert_eq!((found, supported), (3, 2)),
         e => panic!("version: {e}"),
     }
 
     // A table claiming more parameters than the limit is refused before any allocation.
     let huge = edited(&path, "huge.store", |b| {
-        let at = 12 + 59 + 3;
+        let at = 12 + 60 + 3;
         b[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
     });
     match refusal(&huge, &ok) {
@@ -489,10 +520,20 @@ fn writing_refuses_tensors_that_do_not_form_a_store() {
     let other = Shares::from_components(PartyId::P1, vec![1; 3], vec![2; 3]).unwrap();
     let out = tmp.path().join("bad.store");
     assert!(matches!(
-        store::write(&out, &header, &[("a".into(), &a), ("o".into(), &other)]),
+        store::write(
+            &out,
+            &header,
+            &[("a".into(), &a), ("o".into(), &other)],
+            &none()
+        ),
         Err(StoreError::Malformed { .. })
     ));
-    match store::write(&out, &header, &[("a".into(), &a), ("a".into(), &b)]) {
+    match store::write(
+        &out,
+        &header,
+        &[("a".into(), &a), ("a".into(), &b)],
+        &none(),
+    ) {
         Err(StoreError::Table {
             source: PlanError::Duplicate { name },
             ..
@@ -504,7 +545,7 @@ fn writing_refuses_tensors_that_do_not_form_a_store() {
         ..header
     };
     assert!(matches!(
-        store::write(&out, &long, &[("a".into(), &a)]),
+        store::write(&out, &long, &[("a".into(), &a)], &none()),
         Err(StoreError::Limit { .. })
     ));
     // Nothing was left behind, and the good store is untouched.
@@ -567,8 +608,9 @@ fn a_bag_of_shares_is_checked_against_the_plan() {
 
 #[test]
 fn a_store_written_from_the_format_description_alone_is_read() {
-    // fuzz/seeds/share_store/two_tensors was written by a short Python script from the
-    // format table of `puma_layers::store` (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
+    // fuzz/seeds/share_store/two_tensors (format version 1, which is still read) was
+    // written by a short Python script from the format table of `puma_layers::store`
+    // (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
     let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/share_store/two_tensors");
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("seed.store");
@@ -599,5 +641,144 @@ fn a_store_written_from_the_format_description_alone_is_read() {
         let (a, b) = s.components();
         assert_eq!(a, (0..len).map(word).collect::<Vec<_>>(), "{name}");
         assert_eq!(b, (len..2 * len).map(word).collect::<Vec<_>>(), "{name}");
+    }
+}
+
+#[test]
+fn dealt_components_are_kept_as_their_seeds() {
+    use puma_core::dealing::{self, Span};
+    use puma_layers::upload::{DealtTensor, common_seeds};
+
+    let seeds = [[7u8; 32], [9u8; 32]];
+    let values: Vec<(&str, Vec<u64>)> = vec![
+        ("a", (0..1000u64).map(|i| i * 31).collect()),
+        ("b", (0..3000u64).map(|i| i ^ 0xabc).collect()),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let mut stored: Vec<Vec<Shares>> = Vec::new();
+    // Words each party's file holds per element: P0 none, P1 and P2 the correction.
+    for (me, words_per_element, seeded) in [
+        (PartyId::P0, 0u64, [true, true]),
+        (PartyId::P1, 8, [true, false]),
+        (PartyId::P2, 8, [false, true]),
+    ] {
+        let tensors: Vec<DealtTensor> = (0u64..)
+            .zip(&values)
+            .map(|(stream, (name, v))| DealtTensor {
+                name: name.to_string(),
+                len: v.len(),
+                dealt: dealing::deal(v, &seeds, Span::whole(stream))[me as usize].clone(),
+            })
+            .collect();
+        let kept = common_seeds(&tensors);
+        assert_eq!([kept.first.is_some(), kept.second.is_some()], seeded);
+        let shares: Vec<Shares> = (0u64..)
+            .zip(tensors)
+            .map(|(stream, t)| t.dealt.into_shares(me, t.len, Span::whole(stream)).unwrap())
+            .collect();
+        let named = [("a".to_string(), &shares[0]), ("b".to_string(), &shares[1])];
+        let header = StoreHeader {
+            party: me,
+            frac_bits: 18,
+            arch: "test".into(),
+            config_json: r#"{"n": 2}"#.into(),
+            model_hash: ModelHash([1; 32]),
+        };
+        let path = tmp.path().join(format!("{me}.store"));
+        store::write(&path, &header, &named, &kept).unwrap();
+        // The header grows by a seed per seeded component; the data holds the rest.
+        let seeds_len = 32 * seeded.iter().filter(|s| **s).count() as u64;
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(
+            len,
+            12 + 60 + seeds_len + 22 + 32 + (1000 + 3000) * words_per_element + 2 * 32,
+            "{me}"
+        );
+        let (got, mut bag) = store::read(&path, &Expect::party(me, FixedPoint::default())).unwrap();
+        assert_eq!(got, header);
+        let back = vec![bag.take("a").unwrap(), bag.take("b").unwrap()];
+        for (b, s) in back.iter().zip(&shares) {
+            assert_eq!(b.components(), s.components(), "{me}");
+        }
+        // A seed for the other slot, or the tensors in another order, is refused.
+        let wrong = ComponentSeeds {
+            first: kept.second,
+            second: kept.first,
+        };
+        assert!(matches!(
+            store::write(&tmp.path().join("wrong"), &header, &named, &wrong),
+            Err(StoreError::Malformed { .. })
+        ));
+        if kept.first.is_some() {
+            let swapped = [named[1].clone(), named[0].clone()];
+            assert!(matches!(
+                store::write(&tmp.path().join("wrong"), &header, &swapped, &kept),
+                Err(StoreError::Malformed { .. })
+            ));
+        }
+        // A flipped bit in a seed is caught by the header's digest.
+        if seeded[0] {
+            let flipped = edited(&path, "seed.store", |b| b[12 + 60] ^= 1);
+            match refusal(&flipped, &Expect::party(me, FixedPoint::default())) {
+                StoreError::Corrupt { section, .. } => assert_eq!(section, Section::Header),
+                e => panic!("flipped seed: {e}"),
+            }
+        }
+        stored.push(back);
+    }
+    // The three stores together hold the dealt values.
+    for (t, (name, v)) in values.iter().enumerate() {
+        let parts: [(&[u64], &[u64]); 3] = std::array::from_fn(|p| stored[p][t].components());
+        assert_eq!(&dealing::reconstruct(parts).unwrap(), v, "{name}");
+    }
+    // Parts dealt as values, or under different seeds per tensor, keep no seed.
+    let mixed: Vec<DealtTensor> = (0u64..)
+        .zip(&values)
+        .map(|(stream, (name, v))| DealtTensor {
+            name: name.to_string(),
+            len: v.len(),
+            dealt: dealing::deal(v, &[[stream as u8; 32], seeds[1]], Span::whole(stream))[0]
+                .clone(),
+        })
+        .collect();
+    let kept = common_seeds(&mixed);
+    assert_eq!((kept.first.is_some(), kept.second.is_some()), (false, true));
+    assert_eq!(
+        format!("{kept:?}"),
+        "ComponentSeeds { first: false, second: true }"
+    );
+}
+
+#[test]
+fn a_seeded_store_written_from_the_format_description_alone_is_read() {
+    // fuzz/seeds/share_store/first_seeded was written by a short Python script from the
+    // format table of `puma_layers::store` (version 2): the first component seeded with
+    // 32 bytes 0x11, the second in the file (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/share_store/first_seeded");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("seeded.store");
+    std::fs::copy(&seed, &path).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (header, mut tensors) =
+        store::read(&path, &Expect::party(PartyId::P0, FixedPoint::default())).unwrap();
+    assert_eq!(header.config_json, r#"{"n_layer": 1}"#);
+    for (i, (name, len)) in [("embed", 6u64), ("final_norm.weight", 3)]
+        .into_iter()
+        .enumerate()
+    {
+        let s = tensors.take(name).unwrap();
+        let mut first = vec![0u64; len as usize];
+        puma_core::dealing::expand_into(
+            &[0x11; 32],
+            puma_core::dealing::Span::whole(i as u64),
+            &mut first,
+        );
+        let word = |k: u64| (100 * i as u64 + k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let (a, b) = s.components();
+        assert_eq!(a, first, "{name}");
+        assert_eq!(b, (0..len).map(word).collect::<Vec<_>>(), "{name}");
     }
 }

@@ -12,8 +12,8 @@ use puma_core::dealing::{Dealt, Span};
 use puma_core::{Config, Ctx, FixedPoint, PartyId, Session, Shares};
 use puma_layers::bert::secure::{BatchShape, Outputs, run_observed};
 use puma_layers::nn::{ClientAt, Decoding, Deliver, Generation, SecureSettings, generate_batch};
-use puma_layers::store::{self, Expect, ModelHash, StoreError, StoreHeader};
-use puma_layers::upload::DealtTensor;
+use puma_layers::store::{self, ComponentSeeds, Expect, ModelHash, StoreError, StoreHeader};
+use puma_layers::upload::{DealtTensor, common_seeds};
 use puma_transports::mux::Mux;
 use puma_transports::{TransportError, drive};
 use rand_core::{OsRng, TryRngCore};
@@ -291,10 +291,11 @@ impl Server {
         tensors: Vec<DealtTensor>,
         store: &Path,
     ) -> Result<(), ServeError> {
+        let seeds = common_seeds(&tensors);
         let model = ServedModel::assemble(self.me(), arch, spec_json, tensors)
             .map_err(ServeError::Upload)?;
         self.add_model(name, model)?;
-        self.save_model(name, store, model_hash)
+        self.save(name, store, model_hash, &seeds)
     }
 
     /// Model `name`.
@@ -319,6 +320,17 @@ impl Server {
         path: &Path,
         model_hash: ModelHash,
     ) -> Result<(), ServeError> {
+        self.save(name, path, model_hash, &ComponentSeeds::none())
+    }
+
+    /// [`Server::save_model`], keeping the components `seeds` names as their seeds.
+    fn save(
+        &self,
+        name: &str,
+        path: &Path,
+        model_hash: ModelHash,
+        seeds: &ComponentSeeds,
+    ) -> Result<(), ServeError> {
         let model = self.model(name)?;
         let not_model = |reason: String| ServeError::NotAModel {
             path: path.display().to_string(),
@@ -332,7 +344,7 @@ impl Server {
             model_hash,
         };
         let tensors = model.tensors().map_err(|e| not_model(e.to_string()))?;
-        store::write(path, &header, &tensors)?;
+        store::write(path, &header, &tensors, seeds)?;
         Ok(())
     }
 

@@ -20,9 +20,10 @@ use puma_layers::nn::client::{OutsideTokens, deal_hot, deal_prompts};
 use puma_layers::nn::{Decoding, Delivered, Delivery, OutputMode, SharedDecoder};
 use puma_layers::store::{ModelHash, StoreError};
 use puma_layers::upload::{
-    DealtTensor, assemble_decoder, assemble_encoder, deal_decoder, deal_encoder,
+    DealtTensor, assemble_decoder, assemble_encoder, deal_decoder, deal_encoder, spec_json,
 };
 use puma_serve::cancel::Cancel;
+use puma_serve::model::DECODER_ARCH;
 use puma_serve::{EncodeRequest, GenerateRequest, ServeError, ServeOptions, Server};
 use puma_transports::loopback::{LocalNet, Network};
 use puma_transports::mem;
@@ -423,10 +424,21 @@ fn an_owner_deals_its_checkpoint_once_and_the_servers_serve_it() {
     // Parts dealt to P1 do not make a model at P0.
     let [t0, t1, t2] = parts;
     assert!(assemble_decoder(PartyId::P0, spec.clone(), t1.iter().map(copy)).is_err());
-    for ((s, t), p) in servers.iter().zip([t0, t1, t2]).zip(PartyId::ALL) {
-        s.add_model(MODEL, assemble_decoder(p, spec.clone(), t).unwrap())
+    // Each server installs its parts as the daemon does: the model, and its share store.
+    let stores = tempfile::tempdir().unwrap();
+    let json = spec_json(&spec).unwrap();
+    let mut lens = Vec::new();
+    for (s, t) in servers.iter().zip([t0, t1, t2]) {
+        let path = stores.path().join(format!("{}.pumastore", s.me()));
+        s.install_upload(MODEL, DECODER_ARCH, &json, hash, t, &path)
             .unwrap();
+        lens.push(std::fs::metadata(&path).unwrap().len());
     }
+    // The dealt seeds stay seeds in the stores: P0's holds two seeds and no words, P1's
+    // and P2's one seed and the correction vector, of every parameter.
+    assert_eq!(lens[1], lens[2]);
+    assert_eq!(lens[1] - lens[0], 8 * params as u64 - 32);
+    assert!(lens[0] < 100_000, "P0's store has {} bytes", lens[0]);
     let (prompt, want) = &fixture_prompts()[1];
     let got = request(
         &servers,
