@@ -419,6 +419,13 @@ impl BitShares {
         &self.b
     }
 
+    /// This party's two XOR components: secret-share material, for tests that look at
+    /// what one party holds (the leakage tests); never for logs.
+    #[cfg(feature = "dev")]
+    pub fn components(&self) -> (&[u64], &[u64]) {
+        (&self.a, &self.b)
+    }
+
     /// Applies a GF(2)-linear map (shifts, masks, bit gathers) to both components, giving
     /// shares of the mapped values at a new width. `f` must be XOR-linear.
     pub(crate) fn map_linear(

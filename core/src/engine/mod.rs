@@ -387,14 +387,50 @@ impl<T: 'static> Session<T> {
         F: FnOnce(Ctx) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
-        if cfg.max_frame_len < MIN_FRAME_LEN {
-            return Err(Error::misuse("max_frame_len is too small"));
-        }
         let mut rng = ChaCha12Rng::from_seed(entropy);
         let mut own_seed = [0u8; 32];
         let mut private_key = [0u8; 32];
         rng.fill_bytes(&mut own_seed);
         rng.fill_bytes(&mut private_key);
+        Self::with_keys(cfg, me, own_seed, private_key, protocol)
+    }
+
+    /// [`Session::new`] with this party's pairwise seed (the one it sends `P_{i-1}`) and
+    /// private key given instead of drawn from entropy: for tests that fix what one party
+    /// knows and vary only what it does not (`core/tests/leakage_keys.rs`). Keys that are
+    /// not fresh and secret break every protocol's privacy.
+    ///
+    /// # Errors
+    /// As [`Session::new`].
+    #[cfg(feature = "dev")]
+    pub fn from_keys<F, Fut>(
+        cfg: Config,
+        me: PartyId,
+        own_seed: [u8; 32],
+        private_key: [u8; 32],
+        protocol: F,
+    ) -> Result<Self, Error>
+    where
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        Self::with_keys(cfg, me, own_seed, private_key, protocol)
+    }
+
+    fn with_keys<F, Fut>(
+        cfg: Config,
+        me: PartyId,
+        own_seed: Key,
+        private_key: Key,
+        protocol: F,
+    ) -> Result<Self, Error>
+    where
+        F: FnOnce(Ctx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        if cfg.max_frame_len < MIN_FRAME_LEN {
+            return Err(Error::misuse("max_frame_len is too small"));
+        }
         let start: Start<T> = Box::new(move |ctx| Box::pin(protocol(ctx)));
         let mut s = Session {
             me,

@@ -3,10 +3,11 @@
 //! `core/tests/leakage.rs` for the method and the thresholds.
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 
-use puma_core::{Config, Ctx, Error, Input, Output, PartyId, Session};
+use puma_core::{BitShares, Config, Ctx, Error, Input, Output, PartyId, Session, Shares};
 
 /// Family-wise false-alarm rate of each check.
 pub const ALPHA: f64 = 1e-3;
@@ -18,13 +19,65 @@ where
     F: Fn(PartyId) -> Box<dyn FnOnce(Ctx) -> Fut + Send>,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let mut sessions: Vec<Session<()>> = PartyId::ALL
+    let sessions = PartyId::ALL
+        .iter()
+        .map(|&p| Session::new(Config::new(5), p, entropy[p.index()], make(p)).unwrap())
+        .collect();
+    drive(sessions, observer)
+}
+
+/// As [`view`], with each party's pairwise seed and private key given instead of its
+/// entropy ([`Session::from_keys`]).
+pub fn view_with_keys<F, Fut>(
+    keys: [([u8; 32], [u8; 32]); 3],
+    observer: PartyId,
+    make: F,
+) -> Vec<u8>
+where
+    F: Fn(PartyId) -> Box<dyn FnOnce(Ctx) -> Fut + Send>,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let sessions = PartyId::ALL
         .iter()
         .map(|&p| {
-            let start = make(p);
-            Session::new(Config::new(5), p, entropy[p.index()], start).unwrap()
+            let (seed, private) = keys[p.index()];
+            Session::from_keys(Config::new(5), p, seed, private, make(p)).unwrap()
         })
         .collect();
+    let mut seen = drive(sessions, observer);
+    HELD.with(|h| seen.extend_from_slice(&h.borrow()[observer.index()]));
+    seen
+}
+
+thread_local! {
+    /// What each party has recorded with [`hold`] in the current run (the sessions run
+    /// on the thread that drives them).
+    static HELD: RefCell<[Vec<u8>; 3]> = RefCell::default();
+}
+
+/// Records what `me` can compute alone of the secret `s` shares, the sum of its two
+/// components: [`view_with_keys`] appends the observer's records to its view, so that the
+/// key-replay check also sees a message that leaks only together with the observer's
+/// shares.
+pub fn hold(me: PartyId, s: &Shares) {
+    let (a, b) = s.components();
+    let sums = a
+        .iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.wrapping_add(*y).to_le_bytes());
+    HELD.with(|h| h.borrow_mut()[me.index()].extend(sums));
+}
+
+/// [`hold`] for bit shares: the XOR of the two components.
+pub fn hold_bits(me: PartyId, s: &BitShares) {
+    let (a, b) = s.components();
+    let xors = a.iter().zip(b).flat_map(|(x, y)| (x ^ y).to_le_bytes());
+    HELD.with(|h| h.borrow_mut()[me.index()].extend(xors));
+}
+
+/// Runs the three sessions to their end (FIFO delivery); returns what `observer` received.
+fn drive(mut sessions: Vec<Session<()>>, observer: PartyId) -> Vec<u8> {
+    HELD.with(|h| h.borrow_mut().iter_mut().for_each(Vec::clear));
     let mut done = [false; 3];
     let mut links: [[VecDeque<Vec<u8>>; 3]; 3] = Default::default();
     let mut seen = Vec::new();
@@ -243,5 +296,76 @@ pub fn assert_no_leak(what: &str, observer: PartyId, (per_pos, pooled): (f64, f6
     assert!(
         pooled > ALPHA,
         "{what}: {observer}'s view bytes depend on the secret (pooled p = {pooled:.2e})"
+    );
+}
+
+/// Runs of the key-replay check with the first secret (one bit each of a `u64` pattern).
+pub const REPLAY_RUNS: u64 = 64;
+
+/// The key-replay check (method in `core/tests/leakage.rs`): [`REPLAY_RUNS`] views of
+/// `observer` with secret 0 and one with secret 1, where everything the observer knows is
+/// the same in every run (its pairwise seed and private key, and the seed its successor
+/// sends it) and everything else varies (its successor's private key, its predecessor's
+/// seed and private key). Bits of the view whose values follow the same pattern over the
+/// secret-0 runs, up to negation, have an XOR the observer knows (a constant bit is the
+/// group of the all-equal pattern, with XOR 0 against a constant 0); returns the positions
+/// at which the secret-1 view breaks such an XOR: what the observer computes from its
+/// knowledge that tells the secrets apart.
+pub fn replay<F, G, Fut>(observer: PartyId, make: F) -> Vec<usize>
+where
+    F: Fn(usize) -> G,
+    G: Fn(PartyId) -> Box<dyn FnOnce(Ctx) -> Fut + Send>,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let keys = |run: u64| {
+        let fresh = |tag: u8| {
+            let mut k = [tag; 32];
+            k[..8].copy_from_slice(&run.to_le_bytes());
+            k
+        };
+        let mut keys = [([0u8; 32], [0u8; 32]); 3];
+        keys[observer.index()] = ([0xA5; 32], [0x5A; 32]);
+        keys[observer.next().index()] = ([0xC3; 32], fresh(1));
+        keys[observer.prev().index()] = (fresh(2), fresh(3));
+        keys
+    };
+    let first: Vec<Vec<u8>> = (0..REPLAY_RUNS)
+        .map(|run| view_with_keys(keys(run), observer, make(0)))
+        .collect();
+    let second = view_with_keys(keys(0), observer, make(1));
+    for v in first.iter().chain([&second]) {
+        assert_eq!(
+            v.len(),
+            first[0].len(),
+            "view sizes depend on the secret or the run"
+        );
+    }
+    // Pattern of a bit: bit r says whether run r differs from run 0. Each group of equal
+    // patterns keeps the change of its first bit under secret 1; the constant bits' group
+    // starts with "no change".
+    let mut groups: HashMap<u64, bool> = HashMap::from([(0, false)]);
+    let mut leaks = Vec::new();
+    for (pos, (&b0, &b1)) in first[0].iter().zip(&second).enumerate() {
+        for i in 0..8 {
+            let bit = |v: u8| (v >> i) & 1 == 1;
+            let pattern = (0..).zip(&first).fold(0u64, |acc, (r, v)| {
+                acc | (u64::from(bit(v[pos]) != bit(b0)) << r)
+            });
+            let changed = bit(b0) != bit(b1);
+            if *groups.entry(pattern).or_insert(changed) != changed {
+                leaks.push(8 * pos + i);
+            }
+        }
+    }
+    leaks
+}
+
+pub fn assert_masked(what: &str, observer: PartyId, leaks: &[usize]) {
+    assert!(
+        leaks.is_empty(),
+        "{what}: {observer} computes {} bits of its view from its own keys and they depend \
+         on the secret (the first at bit {})",
+        leaks.len(),
+        leaks[0]
     );
 }
