@@ -17,7 +17,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use leakage_stats::{assert_no_leak, check};
+use leakage_stats::{assert_masked, assert_no_leak, check, replay};
 use ndarray::{Axis, s};
 use puma_core::{Ctx, Error, PartyId};
 use puma_layers::nn::{SecureSettings, SharedDecoder, forward_logits};
@@ -46,29 +46,48 @@ fn models() -> (Gpt2Config, [Arc<Gpt2Weights>; 2]) {
     (cfg, [Arc::new(small), Arc::new(other)])
 }
 
+/// The one-block model of `weights` run on `ids`: P1 shares it, P0's prompt, logits to P0.
+fn block_run(
+    cfg: &Gpt2Config,
+    weights: &Arc<Gpt2Weights>,
+    ids: [u32; 3],
+) -> impl Fn(PartyId) -> Box<dyn FnOnce(Ctx) -> Proto + Send> + use<> {
+    let (cfg, w) = (cfg.clone(), weights.clone());
+    move |me: PartyId| -> Box<dyn FnOnce(Ctx) -> Proto + Send> {
+        let (cfg, w) = (cfg.clone(), w.clone());
+        Box::new(move |mut ctx: Ctx| -> Proto {
+            Box::pin(async move {
+                let owner = PartyId::P1;
+                let model =
+                    SharedDecoder::share(&mut ctx, owner, &cfg, (me == owner).then_some(&*w))
+                        .await?;
+                let client = PartyId::P0;
+                let ids = (me == client).then_some(&ids[..]);
+                forward_logits(&mut ctx, &model, client, ids, 3, &SecureSettings::default())
+                    .await
+                    .map(drop)
+            })
+        })
+    }
+}
+
+const PROMPTS: [[u32; 3]; 2] = [[1, 2, 3], [15, 4, 9]];
+
 #[test]
 fn a_gpt2_block_view_does_not_depend_on_prompt_or_weights() {
     let (cfg, weights) = models();
-    let prompts: [[u32; 3]; 2] = [[1, 2, 3], [15, 4, 9]];
     let observer = PartyId::P2;
-    let r = check(observer, 100, |series| {
-        let (cfg, w, ids) = (cfg.clone(), weights[series].clone(), prompts[series]);
-        move |me: PartyId| -> Box<dyn FnOnce(Ctx) -> Proto + Send> {
-            let (cfg, w) = (cfg.clone(), w.clone());
-            Box::new(move |mut ctx: Ctx| -> Proto {
-                Box::pin(async move {
-                    let owner = PartyId::P1;
-                    let model =
-                        SharedDecoder::share(&mut ctx, owner, &cfg, (me == owner).then_some(&*w))
-                            .await?;
-                    let client = PartyId::P0;
-                    let ids = (me == client).then_some(&ids[..]);
-                    forward_logits(&mut ctx, &model, client, ids, 3, &SecureSettings::default())
-                        .await
-                        .map(drop)
-                })
-            })
-        }
-    });
-    assert_no_leak("GPT-2 block", observer, r);
+    let make = |series: usize| block_run(&cfg, &weights[series], PROMPTS[series]);
+    assert_no_leak("GPT-2 block", observer, check(observer, 100, make));
+    assert_masked("GPT-2 block", observer, &replay(observer, make));
+}
+
+/// Key replay at the owner: the prompt changes, the weights do not; the logits go to the
+/// client only, so nothing the owner receives may depend on the prompt.
+#[test]
+fn the_owner_view_of_a_gpt2_block_does_not_depend_on_the_prompt() {
+    let (cfg, weights) = models();
+    let owner = PartyId::P1;
+    let make = |series: usize| block_run(&cfg, &weights[0], PROMPTS[series]);
+    assert_masked("GPT-2 block at the owner", owner, &replay(owner, make));
 }
