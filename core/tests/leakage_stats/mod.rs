@@ -299,18 +299,19 @@ pub fn assert_no_leak(what: &str, observer: PartyId, (per_pos, pooled): (f64, f6
     );
 }
 
-/// Runs of the key-replay check with the first secret (one bit each of a `u64` pattern).
+/// Runs of the key-replay check per secret (one bit each of a `u64` pattern).
 pub const REPLAY_RUNS: u64 = 64;
 
 /// The key-replay check (method in `core/tests/leakage.rs`): [`REPLAY_RUNS`] views of
-/// `observer` with secret 0 and one with secret 1, where everything the observer knows is
-/// the same in every run (its pairwise seed and private key, and the seed its successor
-/// sends it) and everything else varies (its successor's private key, its predecessor's
-/// seed and private key). Bits of the view whose values follow the same pattern over the
-/// secret-0 runs, up to negation, have an XOR the observer knows (a constant bit is the
-/// group of the all-equal pattern, with XOR 0 against a constant 0); returns the positions
-/// at which the secret-1 view breaks such an XOR: what the observer computes from its
-/// knowledge that tells the secrets apart.
+/// `observer` per secret, where everything the observer knows is the same in every run
+/// (its pairwise seed and private key, and the seed its successor sends it) and
+/// everything else varies with the run (its successor's private key, its predecessor's
+/// seed and private key). Bits of the view that change in the same secret-0 runs have an
+/// XOR the observer knows (a constant bit's group is the all-equal pattern, against a
+/// constant 0). Returns the positions of bits whose XOR with their group's first bit is
+/// the other value in every secret-1 run: relations the observer computes from its
+/// knowledge that tell the secrets apart. (A relation that merely held in the secret-0
+/// runs, as a rare carry does, would not flip in all 64 secret-1 runs.)
 pub fn replay<F, G, Fut>(observer: PartyId, make: F) -> Vec<usize>
 where
     F: Fn(usize) -> G,
@@ -329,30 +330,34 @@ where
         keys[observer.prev().index()] = (fresh(2), fresh(3));
         keys
     };
-    let first: Vec<Vec<u8>> = (0..REPLAY_RUNS)
-        .map(|run| view_with_keys(keys(run), observer, make(0)))
-        .collect();
-    let second = view_with_keys(keys(0), observer, make(1));
-    for v in first.iter().chain([&second]) {
-        assert_eq!(
-            v.len(),
-            first[0].len(),
-            "view sizes depend on the secret or the run"
-        );
+    let views = |secret: usize| -> Vec<Vec<u8>> {
+        (0..REPLAY_RUNS)
+            .map(|run| view_with_keys(keys(run), observer, make(secret)))
+            .collect()
+    };
+    let (first, second) = (views(0), views(1));
+    let len = first[0].len();
+    for v in first.iter().chain(&second) {
+        assert_eq!(v.len(), len, "view sizes depend on the secret or the run");
     }
-    // Pattern of a bit: bit r says whether run r differs from run 0. Each group of equal
-    // patterns keeps the change of its first bit under secret 1; the constant bits' group
-    // starts with "no change".
-    let mut groups: HashMap<u64, bool> = HashMap::from([(0, false)]);
+    // A bit's pattern over a series: bit r says whether run r differs from secret-0 run 0.
+    let pattern = |series: &[Vec<u8>], pos: usize, i: usize| -> u64 {
+        let bit = |v: &Vec<u8>| (v[pos] >> i) & 1;
+        (0..).zip(series).fold(0u64, |acc, (r, v)| {
+            acc | (u64::from(bit(v) ^ bit(&first[0])) << r)
+        })
+    };
+    // Each group of equal secret-0 patterns keeps its first bit's secret-1 pattern; the
+    // constant bits' group starts with "never changed".
+    let mut groups: HashMap<u64, u64> = HashMap::from([(0, 0)]);
     let mut leaks = Vec::new();
-    for (pos, (&b0, &b1)) in first[0].iter().zip(&second).enumerate() {
+    for pos in 0..len {
         for i in 0..8 {
-            let bit = |v: u8| (v >> i) & 1 == 1;
-            let pattern = (0..).zip(&first).fold(0u64, |acc, (r, v)| {
-                acc | (u64::from(bit(v[pos]) != bit(b0)) << r)
-            });
-            let changed = bit(b0) != bit(b1);
-            if *groups.entry(pattern).or_insert(changed) != changed {
+            let under_second = pattern(&second, pos, i);
+            let first_member = *groups
+                .entry(pattern(&first, pos, i))
+                .or_insert(under_second);
+            if under_second ^ first_member == u64::MAX {
                 leaks.push(8 * pos + i);
             }
         }
