@@ -136,6 +136,7 @@ fn narrow_msb_at_the_edges_of_its_range() {
         });
         let l = 32 - (k - 1).leading_zeros() - u32::from((k - 1).is_power_of_two());
         assert_eq!(out.rounds(), 2 + 1 + l, "k = {k}");
+        assert_eq!(proto::msb_rounds(k), 1 + l, "k = {k}");
         for (v, b) in vals.iter().zip(&bits) {
             assert_eq!(*b == 1, *v < 0, "k = {k}, v = {v}");
         }
@@ -154,6 +155,7 @@ fn msb_costs_match_the_formula() {
             }
         });
         assert_eq!(out.rounds(), rounds, "k = {k}");
+        assert_eq!(proto::msb_rounds(k), rounds, "k = {k}");
         let l = 32 - (k - 2).leading_zeros();
         let (k, l) = (k as u64, l as u64);
         let per_party_bits = (8 * k - 7) * n as u64 / 3 + (2 * k - 4 - l) * n as u64;

@@ -42,7 +42,7 @@ pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
 };
-pub use msb::{lt, lt_public, msb};
+pub use msb::{lt, lt_public, msb, msb_rounds};
 pub use mul::{mul, mul_fixed, square, square_fixed};
 pub use recip::{reciprocal, reciprocal_extra};
 pub use reveal::{reveal_all, reveal_to};

@@ -29,6 +29,13 @@ fn low_mask(bits: u32) -> u64 {
     Width::new(bits).map_or(0, Width::mask)
 }
 
+/// Rounds of [`msb`], [`lt`] and [`lt_public`] in a ring of `k` bits (2 ≤ k ≤ 64):
+/// 1 + ⌈log2(k − 1)⌉, which is 7 at k = 64 and 6 at k = 32.
+pub const fn msb_rounds(k: u32) -> u32 {
+    // ⌈log2 m⌉ for m = k − 1 ≥ 1 is the bit length of m − 1.
+    1 + (u32::BITS - k.saturating_sub(2).leading_zeros())
+}
+
 /// Sign bit of each element of `x` read in the ring Z_2^k with k = `width` (the
 /// components are reduced mod 2^k first, a free ring homomorphism).
 ///

@@ -20,8 +20,6 @@ use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 /// |x + 14| < 2^(k'−1−f) = 8192 (f = 18); the softmax functions need |x| < 4096 for every
 /// entry, so that row differences stay below 8192.
 pub const SOFTMAX_RING_BITS: u32 = 32;
-/// Rounds of a comparison in the ring of [`SOFTMAX_RING_BITS`].
-const LT_RING_ROUNDS: u32 = 6;
 
 /// Fractional bits inside the squaring chain of [`neg_exp_with`]: values in [0, 1] at 30
 /// bits, so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every
@@ -158,7 +156,7 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
     let branch_a = async {
         let below = lt_public(&mut ca, x, &vec![cutoff; n], width).await?;
         // The cheaper two-round B2A whenever branch (b) is long enough to hide its round.
-        let b = if approx.rounds() > LT_RING_ROUNDS + 2 {
+        let b = if approx.rounds() > super::msb::msb_rounds(SOFTMAX_RING_BITS) + 2 {
             super::b2a::b2a_two_rounds(&mut ca, &below).await?
         } else {
             b2a(&mut ca, &below).await?
