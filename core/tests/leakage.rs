@@ -55,8 +55,21 @@ type Proto = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 const SECRETS: [[f64; 4]; 2] = [[0.0, 0.0, 0.0, 0.0], [3.25, -100.5, 7.0, -0.001]];
 const SECRETS_Y: [[f64; 4]; 2] = [[0.0, 0.0, 0.0, 0.0], [-2.5, 0.75, 1000.0, 5.5]];
 
-/// Shares the secrets of `series` (x by O.next(), y by O.prev()), then runs `body`.
+/// How the secrets reach the parties.
+#[derive(Clone, Copy)]
+enum Inputs {
+    /// Shared by their owners with `share_input`: x by O.next(), y by O.prev().
+    Shared,
+    /// Dealt so that the observer's two components are the same in every run and series
+    /// and the third (held by the other two) carries the secret: what key replay needs
+    /// to see a relation that holds only for some values of the observer's shares.
+    Dealt,
+}
+
+/// Gives every party its shares of the secrets of `series` as `inputs` says, runs `body`,
+/// and records what the party holds of the inputs and of `body`'s outputs.
 fn with_inputs<B, BF, R>(
+    inputs: Inputs,
     observer: PartyId,
     series: usize,
     body: B,
@@ -75,9 +88,17 @@ where
                     v.iter().map(|x| fx.encode(*x).unwrap()).collect()
                 };
                 let (xs, ys) = (enc(&SECRETS[series]), enc(&SECRETS_Y[series]));
-                let (ox, oy) = (observer.next(), observer.prev());
-                let x = proto::share_input(&mut ctx, ox, (me == ox).then_some(&xs[..]), 4).await?;
-                let y = proto::share_input(&mut ctx, oy, (me == oy).then_some(&ys[..]), 4).await?;
+                let (x, y) = match inputs {
+                    Inputs::Shared => {
+                        let (ox, oy) = (observer.next(), observer.prev());
+                        let x = (me == ox).then_some(&xs[..]);
+                        let x = proto::share_input(&mut ctx, ox, x, 4).await?;
+                        let y = (me == oy).then_some(&ys[..]);
+                        let y = proto::share_input(&mut ctx, oy, y, 4).await?;
+                        (x, y)
+                    }
+                    Inputs::Dealt => (deal(observer, me, &xs, 0), deal(observer, me, &ys, 100)),
+                };
                 let held = (x.clone(), y.clone());
                 body(ctx, x, y).await?.hold(me);
                 held.hold(me);
@@ -87,57 +108,25 @@ where
     }
 }
 
-/// The secrets of `series` as shares in which `observer`'s two components are the same in
-/// every run and series, so that the third (held by the other two) carries the secret:
-/// what key replay needs to see a relation that holds only for some values of the
-/// observer's shares. Then runs `body`, as [`with_inputs`] does.
-fn with_dealt_inputs<B, BF, R>(
-    observer: PartyId,
-    series: usize,
-    body: B,
-) -> impl Fn(PartyId) -> Box<dyn FnOnce(Ctx) -> Proto + Send>
-where
-    B: Fn(Ctx, Shares, Shares) -> BF + Clone + Send + 'static,
-    BF: Future<Output = Result<R, Error>> + Send + 'static,
-    R: Held,
-{
-    move |me| {
-        let body = body.clone();
-        Box::new(move |ctx: Ctx| -> Proto {
-            Box::pin(async move {
-                let fx = FixedPoint::default();
-                let deal = |secret: &[f64; 4], salt: u64| -> Shares {
-                    // Component j: the observer's two are small fixed words, so that the
-                    // third, which holds the rest, carries the secret's sign and magnitude
-                    // (a wrap bit of the third then depends on the secret, as a leak of
-                    // one needs to be seen).
-                    let fixed = |j: usize| -> Vec<u64> {
-                        (0..4u64).map(|k| k + 4 * j as u64 + salt).collect()
-                    };
-                    let (o, o1) = (observer.index(), observer.next().index());
-                    let mut comps: [Vec<u64>; 3] = std::array::from_fn(fixed);
-                    let third = 3 - o - o1;
-                    comps[third] = secret
-                        .iter()
-                        .enumerate()
-                        .map(|(k, v)| {
-                            fx.encode(*v)
-                                .unwrap()
-                                .wrapping_sub(comps[o][k])
-                                .wrapping_sub(comps[o1][k])
-                        })
-                        .collect();
-                    let (i, i1) = (me.index(), me.next().index());
-                    Shares::from_components(me, comps[i].clone(), comps[i1].clone()).unwrap()
-                };
-                let (x, y) = (deal(&SECRETS[series], 0), deal(&SECRETS_Y[series], 100));
-                let held = (x.clone(), y.clone());
-                body(ctx, x, y).await?.hold(me);
-                held.hold(me);
-                Ok(())
-            })
-        })
-    }
+/// `me`'s shares of `values` when `observer`'s two components are small fixed words
+/// (from `salt`) and the third holds the rest, so that it carries the secret's sign and
+/// magnitude (a wrap bit of the third then depends on the secret, as a leak of one needs
+/// to be seen).
+fn deal(observer: PartyId, me: PartyId, values: &[u64], salt: u64) -> Shares {
+    let fixed = |j: usize| -> Vec<u64> {
+        (0..values.len() as u64)
+            .map(|k| k + 4 * j as u64 + salt)
+            .collect()
+    };
+    let (o, o1) = (observer.index(), observer.next().index());
+    let mut comps: [Vec<u64>; 3] = std::array::from_fn(fixed);
+    comps[3 - o - o1] = values
+        .iter()
+        .enumerate()
+        .map(|(k, v)| v.wrapping_sub(comps[o][k]).wrapping_sub(comps[o1][k]))
+        .collect();
+    let (i, i1) = (me.index(), me.next().index());
+    Shares::from_components(me, comps[i].clone(), comps[i1].clone()).unwrap()
 }
 
 /// What a party holds at the end of a protocol body, recorded for key replay
@@ -180,7 +169,11 @@ where
     R: Held,
 {
     for o in PartyId::ALL {
-        assert_no_leak(what, o, check(o, runs, |s| with_inputs(o, s, body.clone())));
+        assert_no_leak(
+            what,
+            o,
+            check(o, runs, |s| with_inputs(Inputs::Shared, o, s, body.clone())),
+        );
     }
     assert_replays_masked(what, body);
 }
@@ -193,11 +186,8 @@ where
     R: Held,
 {
     for o in PartyId::ALL {
-        assert_masked(
-            what,
-            o,
-            &replay(o, |s| with_dealt_inputs(o, s, body.clone())),
-        );
+        let make = |s| with_inputs(Inputs::Dealt, o, s, body.clone());
+        assert_masked(what, o, &replay(o, make));
     }
 }
 
@@ -323,7 +313,7 @@ fn sampling_views_do_not_depend_on_the_sampled_token() {
     };
     for o in PartyId::ALL {
         let r = check(o, 200, |s| {
-            with_inputs(o, s, move |mut ctx, x, y| async move {
+            with_inputs(Inputs::Shared, o, s, move |mut ctx, x, y| async move {
                 let both = Shares::concat(&[&x, &y])?;
                 proto::sample_rows(&mut ctx, &both, 2, 4, &params).await
             })
@@ -338,7 +328,7 @@ fn sampling_views_do_not_depend_on_the_sampled_token() {
 fn the_check_detects_a_weak_mask() {
     let o = PartyId::P2;
     let r = check(o, RUNS, |s| {
-        with_inputs(o, s, move |mut ctx, _x, _y| async move {
+        with_inputs(Inputs::Shared, o, s, move |mut ctx, _x, _y| async move {
             let me = ctx.me();
             if me == o.next() {
                 let fx = FixedPoint::default();
@@ -373,7 +363,7 @@ fn key_replay_detects_a_mask_the_observer_can_derive() {
     let o = PartyId::P0;
     let masked_by = |shared_with_o: bool| {
         move |s: usize| {
-            with_inputs(o, s, move |mut ctx, _x, _y| async move {
+            with_inputs(Inputs::Shared, o, s, move |mut ctx, _x, _y| async move {
                 let me = ctx.me();
                 let fx = FixedPoint::default();
                 let secret: Vec<u64> = SECRETS[s].iter().map(|x| fx.encode(*x).unwrap()).collect();

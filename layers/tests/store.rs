@@ -606,21 +606,25 @@ fn a_bag_of_shares_is_checked_against_the_plan() {
     assert!(SharedBert::from_tensors(tiny, heads, wrong).is_err());
 }
 
+/// P0's store `fuzz/seeds/share_store/NAME`, read from a private copy.
+fn read_fuzz_seed(name: &str) -> (StoreHeader, SharedTensors) {
+    use std::os::unix::fs::PermissionsExt;
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds/share_store")
+        .join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(name);
+    std::fs::copy(&seed, &path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    store::read(&path, &Expect::party(PartyId::P0, FixedPoint::default())).unwrap()
+}
+
 #[test]
 fn a_store_written_from_the_format_description_alone_is_read() {
     // fuzz/seeds/share_store/two_tensors (format version 1, which is still read) was
     // written by a short Python script from the format table of `puma_layers::store`
     // (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
-    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/share_store/two_tensors");
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("seed.store");
-    std::fs::copy(&seed, &path).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-    let (header, mut tensors) =
-        store::read(&path, &Expect::party(PartyId::P0, FixedPoint::default())).unwrap();
+    let (header, mut tensors) = read_fuzz_seed("two_tensors");
     let hash: [u8; 32] = std::array::from_fn(|i| i as u8);
     assert_eq!(
         header,
@@ -754,16 +758,7 @@ fn a_seeded_store_written_from_the_format_description_alone_is_read() {
     // fuzz/seeds/share_store/first_seeded was written by a short Python script from the
     // format table of `puma_layers::store` (version 2): the first component seeded with
     // 32 bytes 0x11, the second in the file (tensor i's words: (100·i + k)·0x9e3779b97f4a7c15).
-    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/share_store/first_seeded");
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("seeded.store");
-    std::fs::copy(&seed, &path).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-    let (header, mut tensors) =
-        store::read(&path, &Expect::party(PartyId::P0, FixedPoint::default())).unwrap();
+    let (header, mut tensors) = read_fuzz_seed("first_seeded");
     assert_eq!(header.config_json, r#"{"n_layer": 1}"#);
     for (i, (name, len)) in [("embed", 6u64), ("final_norm.weight", 3)]
         .into_iter()
