@@ -48,8 +48,8 @@
 //! digest as it streams into its share vectors (reserved fallibly: a model larger than
 //! memory is an error). A seeded component is expanded from its seed to the length the
 //! table gives: that length is under the header digest and within the limits, as a
-//! model config's sizes are, but not backed by bytes of the file. Every refusal is a [`StoreError`] naming the file and the culprit,
-//! never a share value.
+//! model config's sizes are, but not backed by bytes of the file. Every refusal is a
+//! [`StoreError`] naming the file and the culprit, never a share value.
 
 use std::fmt;
 use std::fs::File;
@@ -290,10 +290,16 @@ impl ComponentSeeds {
         [self.first.as_ref(), self.second.as_ref()]
     }
 
-    /// The flag byte of the format: bit 0 for a seeded first component, bit 1 for the
-    /// second.
+    /// The two slots for filling in, in the same order.
+    fn slots_mut(&mut self) -> [&mut Option<Seed>; 2] {
+        [&mut self.first, &mut self.second]
+    }
+
+    /// The flag byte of the format: bit i set for a seeded slot i.
     fn flags(&self) -> u8 {
-        u8::from(self.first.is_some()) | (u8::from(self.second.is_some()) << 1)
+        (0..)
+            .zip(self.slots())
+            .fold(0, |f, (i, s)| f | (u8::from(s.is_some()) << i))
     }
 
     /// How many components of each tensor the file holds as words.
@@ -314,7 +320,7 @@ impl fmt::Debug for ComponentSeeds {
 
 impl Drop for ComponentSeeds {
     fn drop(&mut self) {
-        for s in [&mut self.first, &mut self.second].into_iter().flatten() {
+        for s in self.slots_mut().into_iter().flatten() {
             s.zeroize();
         }
     }
@@ -863,8 +869,8 @@ fn open(path: &Path) -> Result<Opened<'_>, StoreError> {
     let mut seeds = ComponentSeeds::none();
     // Version 1 has no flags: both components are in the file.
     let flags = if version >= 2 { input.u8()? } else { 0 };
-    for (bit, slot) in [(1, &mut seeds.first), (2, &mut seeds.second)] {
-        if flags & bit != 0 {
+    for (i, slot) in (0..).zip(seeds.slots_mut()) {
+        if (flags >> i) & 1 == 1 {
             let mut seed = [0u8; 32];
             input.fill(&mut seed)?;
             *slot = Some(seed);

@@ -397,7 +397,7 @@ impl<T: 'static> Session<T> {
 
     /// [`Session::new`] with this party's pairwise seed (the one it sends `P_{i-1}`) and
     /// private key given instead of drawn from entropy: for tests that fix what one party
-    /// knows and vary only what it does not (`core/tests/leakage_keys.rs`). Keys that are
+    /// knows and vary only what it does not (key replay in `core/tests/leakage.rs`). Keys that are
     /// not fresh and secret break every protocol's privacy.
     ///
     /// # Errors
