@@ -447,6 +447,22 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    // The normalisations' comparisons: LayerNorm's (X < 2^62, thresholds 2^19..2^61) and
+    // the softmax reciprocal's for rows of 32 (thresholds 2^18..2^23).
+    for (k, lo) in [(63u32, 18u32), (25, 17)] {
+        let hi = k - 2;
+        let v = raw_log(n, lo, hi, 9);
+        let powers: Vec<u64> = (lo + 1..=hi).map(|j| 1u64 << j).collect();
+        t.row(
+            format!("lt_thresholds, k = {k}, {} thresholds", powers.len()),
+            "element",
+            n,
+            measure(move |mut c, me| {
+                let (v, powers) = (v.clone(), powers.clone());
+                async move { proto::lt_thresholds(&mut c, &shares(me, &v), &powers, width(k)?).await }
+            }),
+        )?;
+    }
     for k in [64u32, 32, 16] {
         let (a, b) = (a.clone(), b.clone());
         t.row(

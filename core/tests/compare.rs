@@ -208,3 +208,109 @@ fn b2a_costs_one_round_and_256_bits() {
         vec![1; n]
     );
 }
+
+/// Shares `vals` from P0 (re-randomised) and opens `proto::lt_thresholds` on them: one
+/// vector of bits per threshold.
+fn run_thresholds(
+    seed: u64,
+    vals: Vec<u64>,
+    thresholds: Vec<u64>,
+    w: Width,
+) -> (Vec<Vec<u64>>, u32) {
+    let n = vals.len();
+    let out = Sim::new(seed).run(move |me| {
+        let (v, t) = (vals.clone(), thresholds.clone());
+        move |mut ctx| async move {
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&v[..]),
+                n,
+            )
+            .await?;
+            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
+            proto::lt_thresholds(&mut ctx, &x, &t, w).await
+        }
+    });
+    let rounds = out.rounds();
+    let [p0, p1, p2] = out.into_results().unwrap();
+    let bits = p0
+        .into_iter()
+        .zip(p1)
+        .zip(p2)
+        .map(|((a, b), c)| reconstruct(&[a, b, c]).unwrap())
+        .collect();
+    (bits, rounds)
+}
+
+#[test]
+fn lt_thresholds_is_exact_at_every_width_and_at_the_edges() {
+    for k in [2u32, 3, 18, 25, 32, 63, 64] {
+        let w = Width::new(k).unwrap();
+        let half = 1i128 << (k - 1);
+        // Thresholds and values in [−2^(k−2), 2^(k−2)): every difference is in range.
+        let quarter = (half / 2).max(1) as i64;
+        let span = |r: u64| ((r % (2 * quarter as u64)) as i64 - quarter) as u64;
+        let mut ts: Vec<u64> = vec![0];
+        if k > 2 {
+            ts.extend((0..3).map(|i| span(pseudo(i, 40 + u64::from(k)))));
+        }
+        let mut vals: Vec<u64> = (0..3000).map(|i| span(pseudo(i, u64::from(k)))).collect();
+        // Around each threshold, and the ends of the range for t = 0.
+        for &t in &ts {
+            for d in [-2i64, -1, 0, 1] {
+                vals.push((t as i64).wrapping_add(d) as u64);
+            }
+        }
+        vals.extend([(half - 1) as i64 as u64, (-half) as i64 as u64]);
+        let (bits, rounds) = run_thresholds(u64::from(k), vals.clone(), ts.clone(), w);
+        assert_eq!(rounds, 2 + 3, "k = {k}");
+        assert_eq!(bits.len(), ts.len());
+        let sign = |v: u64| {
+            let shifted = (v as i64) << (64 - k) >> (64 - k);
+            shifted < 0
+        };
+        for (t, b) in ts.iter().zip(&bits) {
+            for (v, got) in vals.iter().zip(b) {
+                // t = 0 also takes the values at the ends of the range.
+                let want = sign(v.wrapping_sub(*t));
+                assert_eq!(*got, u64::from(want), "k = {k}, x = {v:#x}, t = {t:#x}");
+            }
+        }
+    }
+}
+
+#[test]
+fn lt_thresholds_costs_three_rounds_and_match_the_formula() {
+    for (k, m, bits) in [
+        (63u32, 43usize, 560 + 1266 * 43),
+        (25, 7, 170 + 634 * 7),
+        (18, 2, 0),
+    ] {
+        let w = Width::new(k).unwrap();
+        let n = 24usize;
+        let out = Sim::new(11).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(n);
+                let ts: Vec<u64> = (0..m as u64).map(|j| j << 3).collect();
+                proto::lt_thresholds(&mut ctx, &x, &ts, w).await
+            }
+        });
+        assert_eq!(out.rounds(), 3, "k = {k}");
+        assert_eq!(proto::LT_THRESHOLDS_ROUNDS, 3);
+        let formula = proto::lt_thresholds_bits(k, m as u64);
+        if bits > 0 {
+            assert_eq!(formula, bits, "k = {k}");
+        }
+        // p = 19 at k = 18 (W = 5): 36 + 85 + 2·(180 + 384).
+        if k == 18 {
+            assert_eq!(formula, 36 + 85 + 2 * (180 + 384));
+        }
+        // Each party plays each role on 8 elements; every message is whole bytes.
+        assert_eq!(
+            out.payload_bytes(),
+            [formula * n as u64 / 3 / 8; 3],
+            "k = {k}"
+        );
+    }
+}

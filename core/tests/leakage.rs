@@ -217,6 +217,18 @@ fn comparison_views_do_not_depend_on_the_secrets() {
     });
 }
 
+/// The three-round comparison: R2's zero tests, R0's and R1's masked halves, the offers.
+#[test]
+fn masked_comparison_views_do_not_depend_on_the_secrets() {
+    assert_private("lt_thresholds", RUNS, |mut ctx, x, y| async move {
+        let d = x.sub(&y)?;
+        let bits =
+            proto::lt_thresholds(&mut ctx, &d, &[0, 3 << 18, 1u64.wrapping_neg()], Width::W64)
+                .await?;
+        Shares::concat(&bits.iter().collect::<Vec<_>>())
+    });
+}
+
 /// B2A of secret-dependent bits (series 0: all 0; series 1: 0, 1, 1, 1): R1's last term
 /// from R0's and R2's masked messages, then a bit injection of the same bits. (The
 /// two-round form is crate-internal; the softmax test below runs it in negExp.)

@@ -374,8 +374,8 @@ fn reciprocal_relative_error_over_2_pow_minus_10_to_2_pow_20() {
         raw.len()
     );
     assert!(all <= 1e-4, "extra = 20: {all}");
-    // Input + re-randomisation + 14 rounds.
-    assert_eq!(out.rounds(), 2 + 14);
+    // Input + re-randomisation + 9 rounds.
+    assert_eq!(out.rounds(), 2 + 9);
 }
 
 #[test]
@@ -401,29 +401,33 @@ fn reciprocal_at_f_bits_is_limited_by_the_output_grid_only() {
 
 #[test]
 fn reciprocal_costs_are_pinned() {
-    // lo = 8, hi = 38 (x ∈ [2^−10, 2^20]), extra = 20: 14 rounds; n = 24 elements.
+    // lo = 8, hi = 38 (x ∈ [2^−10, 2^20]), extra = 20: 9 rounds; n = 24 elements.
     let out = costs(24, |mut ctx, x| async move {
         Ok(vec![
             proto::reciprocal_extra(&mut ctx, &x, 8, 38, 20).await?,
         ])
     });
-    assert_eq!(out.rounds(), 14);
-    // 28542 bits per element in total: comparisons 30·523 + B2A 30·256 + 11 shifted
+    assert_eq!(out.rounds(), 9);
+    // 31406 bits per element in total: the 30 comparisons at k' = 40 (26,234) + 11 shifted
     // versions (64·11 + 4·66) and 12 squares (12·192) + fused round 3·192 + truncations of
     // e0 (d = 42) and Y0 (d = 14) + step 2 (2·192 + 2·132) + step 3 (192 + 132).
-    assert_eq!(out.payload_bytes(), [28_542; 3]);
+    assert_eq!(out.payload_bytes(), [31_406; 3]);
+    assert_eq!(proto::lt_thresholds_bits(40, 30), 26_234);
     assert_eq!(
-        30 * 523 + 30 * 256 + 64 * 11 + 4 * 66 + 12 * 192 + 3 * 192 + 232 + 120 + 384 + 264 + 324,
-        28_542
+        26_234 + 64 * 11 + 4 * 66 + 12 * 192 + 3 * 192 + 232 + 120 + 384 + 264 + 324,
+        31_406
     );
-    // Softmax sums of rows of 32: lo = 17, hi = 23, extra = 12: 13 rounds.
+    // Softmax sums of rows of 32: lo = 17, hi = 23, extra = 12: 9 rounds.
     let out = costs(24, |mut ctx, x| async move {
         Ok(vec![
             proto::reciprocal_extra(&mut ctx, &x, 17, 23, 12).await?,
         ])
     });
-    assert_eq!(out.rounds(), 13);
-    // 5492 bits per element: comparisons 6·(14·25 − 19 − 15) + B2A 6·256 + X² (192) + fused
-    // round 3·192 + truncations of e0 (d = 61 − 23 = 38) and Y0 + step 2 + step 3.
-    assert_eq!(out.payload_bytes(), [5492; 3]);
+    assert_eq!(out.rounds(), 9);
+    // 6034 bits per element: the 6 comparisons at k' = 25 (3974; the carry tree and B2A
+    // took 6·(14·25 − 19 − 15) + 6·256 = 3432) + X² (192) + fused round 3·192 +
+    // truncations of e0 (d = 61 − 23 = 38) and Y0 + step 2 + step 3.
+    assert_eq!(out.payload_bytes(), [6034; 3]);
+    assert_eq!(proto::lt_thresholds_bits(25, 6), 3974);
+    assert_eq!(6034 - 3974, 5492 - 3432);
 }

@@ -155,7 +155,7 @@ fn check_rmsnorm(seed: u64, x: &[f64], g: &[f64], d: usize) -> Vec<f64> {
         let (x, g) = v.split_at(rows * d)?;
         proto::rms_norm_rows(&mut ctx, &x, rows, d, &g, EPS, BOUND).await
     });
-    assert_eq!(out.rounds(), 2 + 19);
+    assert_eq!(out.rounds(), 2 + 14);
     let dec = fx.decode_slice(&vals);
     let gd = &dec[rows * d..];
     (0..rows)
@@ -233,11 +233,11 @@ fn rmsnorm_on_rows_of_tiny_values() {
     assert!(w <= 1e-3, "{w}");
 }
 
-/// RMSNorm of rows of 576 at bound 2^15: 19 rounds whatever the number of rows; with a
-/// number of rows divisible by 24 each party sends exactly 572,917 bits per row.
+/// RMSNorm of rows of 576 at bound 2^15: 14 rounds whatever the number of rows; with a
+/// number of rows divisible by 24 each party sends exactly 581,223 bits per row.
 #[test]
 fn rmsnorm_costs_are_pinned() {
-    for (rows, want) in [(1usize, [24271u64, 23703, 23751]), (24, [572_917; 3])] {
+    for (rows, want) in [(1usize, [25063u64, 23148, 24535]), (24, [581_223; 3])] {
         let out = Sim::new(8).run(move |_| {
             move |mut ctx| async move {
                 let x = ctx.random_shares(rows * D);
@@ -245,18 +245,21 @@ fn rmsnorm_costs_are_pinned() {
                 proto::rms_norm_rows(&mut ctx, &x, rows, D, &g, EPS, BOUND).await
             }
         });
-        assert_eq!(out.rounds(), 19, "rows = {rows}");
+        assert_eq!(out.rounds(), 14, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("rmsnorm, {rows} row(s) of {D}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
     }
     // rsqrt alone on 24 row sums (lo = ⌊log2(576·1e-5·2^21)⌋ = 13, hi = 60, c = 576·2^3):
-    // 14 rounds, 68,341 bits per row.
+    // 9 rounds, 76,647 bits per row: the 47 comparisons at k' = 62 cost 59,395 bits
+    // (`lt_thresholds_bits`) where the carry tree and B2A took 51,089.
     let out = costs(24, |mut ctx, s| async move {
         proto::rsqrt_scaled(&mut ctx, &s, 13, 60, 8, 576 << 3).await
     });
-    assert_eq!(out.rounds(), 14);
-    assert_eq!(out.payload_bytes(), [68_341; 3]);
+    assert_eq!(out.rounds(), 9);
+    assert_eq!(out.payload_bytes(), [76_647; 3]);
+    assert_eq!(proto::lt_thresholds_bits(62, 47), 59_395);
+    assert_eq!(76_647 - 59_395, 68_341 - 47 * (14 * 62 - 19 - 18 + 256));
     // Per element: trunc(x, 5), x·xs truncated by 10, x·γ truncated by 14 and xg·r
     // truncated by 30, each truncation fused into its product's reshare.
     let per_element = (64 + 4 * 5) + (192 + 4 * 10) + (192 + 4 * 14) + (192 + 4 * 30);
@@ -406,7 +409,7 @@ fn tanh_accuracy() {
     let (y, out) = run_on(41, raw.clone(), |mut ctx, x| async move {
         proto::tanh(&mut ctx, &x).await
     });
-    assert_eq!(out.rounds(), 2 + 35);
+    assert_eq!(out.rounds(), 2 + 31);
     assert_eq!(y[12_000], 0, "tanh(0)");
     let (mut worst, mut at) = (0.0f64, 0.0);
     for (&r, &yv) in raw.iter().zip(&y) {
@@ -422,7 +425,7 @@ fn tanh_accuracy() {
     assert!(worst <= 2.5e-5, "{worst} at {at}");
 }
 
-/// tanh: 35 rounds, 7544 bits per element (a third per party).
+/// tanh: 31 rounds, 7842 bits per element (a third per party).
 #[test]
 fn tanh_costs_are_pinned() {
     let n = 96usize;
@@ -430,11 +433,14 @@ fn tanh_costs_are_pinned() {
         n,
         |mut ctx, x| async move { proto::tanh(&mut ctx, &x).await },
     );
-    assert_eq!(out.rounds(), 35);
-    assert_eq!(out.payload_bytes(), [7544 * n as u64 / 24; 3]);
-    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 3086, reciprocal 3092, (1 − e)·r with
-    // its truncation by f + 12 fused 312, s·t 192.
-    assert_eq!(414 + 256 + 192 + 3086 + 3092 + 312 + 192, 7544);
+    assert_eq!(out.rounds(), 31);
+    assert_eq!(out.payload_bytes(), [7842 * n as u64 / 24; 3]);
+    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 3086, reciprocal 3390, (1 − e)·r with
+    // its truncation by f + 12 fused 312, s·t 192. The reciprocal's comparisons (k' = 21,
+    // two thresholds) take 1330 bits where the carry tree and B2A took 1032.
+    assert_eq!(414 + 256 + 192 + 3086 + 3390 + 312 + 192, 7842);
+    assert_eq!(proto::lt_thresholds_bits(21, 2), 1330);
+    assert_eq!(3390 - 1330, 3092 - 2 * (14 * 21 - 19 - 15 + 256));
 }
 
 /// Empty inputs give empty outputs; bad shapes and parameters are typed errors.

@@ -393,8 +393,8 @@ fn softmax_error_at_pumas_5_squarings() {
     assert!(e.normal <= 3e-2, "{e:?}");
     assert!(e.adversarial <= 0.25, "{e:?}");
     assert!(e.protocol <= 1e-4, "{e:?}");
-    // Input 2 + max (1024: 5 tournament levels + all pairs of 32) 53 + 11 + 13 + 2.
-    assert_eq!(e.rounds, 2 + 79);
+    // Input 2 + max (1024: 5 tournament levels + all pairs of 32) 53 + 11 + 9 + 2.
+    assert_eq!(e.rounds, 2 + 75);
 }
 
 #[test]
@@ -412,7 +412,7 @@ fn softmax_meets_2e_2_with_the_taylor_base_in_the_rounds_of_pumas_t5() {
     assert!(e.points >= 100_000);
     assert!(e.normal <= 2e-2, "{e:?}");
     assert!(e.protocol <= 1e-4, "{e:?}");
-    assert_eq!(e.rounds, 2 + 79);
+    assert_eq!(e.rounds, 2 + 75);
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn softmax_meets_1e_3_with_the_taylor_base_in_the_rounds_of_pumas_t9() {
     assert!(e.points >= 100_000);
     assert!(e.normal <= 1e-3 && e.adversarial <= 1e-3, "{e:?}");
     assert!(e.protocol <= 1e-4, "{e:?}");
-    assert_eq!(e.rounds, 2 + 87);
+    assert_eq!(e.rounds, 2 + 83);
 }
 
 #[test]
@@ -434,13 +434,13 @@ fn softmax_with_the_minimax_polynomial_beats_taylor2_t8_in_11_negexp_rounds() {
     assert!(e.points >= 100_000);
     assert!(e.normal <= 2.0e-5 && e.adversarial <= 5e-5, "{e:?}");
     assert!(e.protocol <= 1e-4, "{e:?}");
-    // Input 2 + max (1024: 5 tournament levels + all pairs of 32) 53 + 11 + 13 + 2.
-    assert_eq!(e.rounds, 2 + 79);
+    // Input 2 + max (1024: 5 tournament levels + all pairs of 32) 53 + 11 + 9 + 2.
+    assert_eq!(e.rounds, 2 + 75);
 }
 
 #[test]
 fn softmax_rows_share_rounds_and_costs_are_pinned() {
-    // 384 rows of 32 (12 heads × 32 queries) take the rounds of one row: 39 at t = 5.
+    // 384 rows of 32 (12 heads × 32 queries) take the rounds of one row: 35 at t = 5.
     let (r1, b1) = costs_of(32, |mut ctx, x| async move {
         proto::softmax_rows(&mut ctx, &x, 1, 32, 5).await
     });
@@ -448,16 +448,16 @@ fn softmax_rows_share_rounds_and_costs_are_pinned() {
         proto::softmax_rows(&mut ctx, &x, 384, 32, 5).await
     });
     println!("softmax 1×32: {r1} rounds {b1:?}; 384×32: {r384} rounds {b384:?}");
-    assert_eq!(r1, 39);
-    assert_eq!(r384, 39);
-    // 306938 bits per row in total: max 216262 + 32·2350 (negExp) + 5492 (reciprocal) +
+    assert_eq!(r1, 35);
+    assert_eq!(r384, 35);
+    // 307480 bits per row in total: max 216262 + 32·2350 (negExp) + 6034 (reciprocal) +
     // 32·312 (final products with their truncations by f + 12 fused into the reshare); a
     // third per party.
-    assert_eq!(216_262 + 32 * 2350 + 5492 + 32 * 312, 306_938);
-    assert_eq!(b384, [384 * 306_938 / 3 / 8; 3]);
-    assert_eq!(b1, [12_858, 12_759, 12_821]);
-    // Taylor base t = 4: the same 39 rounds; t = 8 and PUMA t = 9: 47.
-    for (a, rounds) in [(TAYLOR4, 39), (TAYLOR8, 47), (PUMA9, 47), (MINIMAX, 39)] {
+    assert_eq!(216_262 + 32 * 2350 + 6034 + 32 * 312, 307_480);
+    assert_eq!(b384, [384 * 307_480 / 3 / 8; 3]);
+    assert_eq!(b1, [12_857, 12_819, 12_820]);
+    // Taylor base t = 4: the same 35 rounds; t = 8 and PUMA t = 9: 43.
+    for (a, rounds) in [(TAYLOR4, 35), (TAYLOR8, 43), (PUMA9, 43), (MINIMAX, 35)] {
         let (r, _) = costs_of(3 * 32, move |mut ctx, x| async move {
             proto::softmax_rows_with(&mut ctx, &x, 3, 32, &[32, 32, 32], a).await
         });
@@ -467,7 +467,7 @@ fn softmax_rows_share_rounds_and_costs_are_pinned() {
     let (r, _) = costs_of(32 * 32, |mut ctx, x| async move {
         proto::softmax_rows_with(&mut ctx, &x, 32, 32, &causal(32, 32), PUMA5).await
     });
-    assert_eq!(r, 39);
+    assert_eq!(r, 35);
 }
 
 /// The valid lengths of causal attention: row i of `rows` queries over `cols` keys sees

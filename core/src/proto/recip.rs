@@ -13,7 +13,7 @@ use crate::ring::Width;
 use crate::share::Shares;
 
 use super::maxpool::fused_sums;
-use super::{b2a, lt_public, mul, square, trunc};
+use super::{lt_thresholds, mul, square, trunc};
 
 /// Fractional bits of u in [`reciprocal_extra`] at most: 15·u² must stay below 2^62.
 const MAX_U_BITS: u32 = 29;
@@ -149,16 +149,8 @@ pub(crate) async fn normalize(
         if m == 0 {
             return Ok(Vec::new());
         }
-        let reps: Vec<&Shares> = (0..m).map(|_| x).collect();
-        let all = Shares::concat(&reps)?;
-        let consts: Vec<u64> = (lo + 1..=hi)
-            .flat_map(|j| core::iter::repeat_n(1u64 << j, n))
-            .collect();
-        let bits = lt_public(&mut ca, &all, &consts, width).await?;
-        let a = b2a(&mut ca, &bits).await?;
-        (0..m)
-            .map(|k| a.slice(k * n..(k + 1) * n))
-            .collect::<Result<Vec<_>, _>>()
+        let powers: Vec<u64> = (lo + 1..=hi).map(|j| 1u64 << j).collect();
+        lt_thresholds(&mut ca, x, &powers, width).await
     };
     let branch_b = async {
         let mut forks: Vec<Ctx> = shifts.iter().map(|_| cb.fork()).collect();
