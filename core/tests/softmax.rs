@@ -577,3 +577,122 @@ fn other_fixed_point_formats_are_refused_or_work_without_panics() {
         }
     }
 }
+
+/// softmax(X)·V with the normalisation deferred past the product (`softmax_matmul_batch`)
+/// against f64, beside the softmax followed by the product: causal rows of 1…32 keys over
+/// values in [−8, 8] (4 batches, the KV heads of attention), and full rows of 96 keys.
+#[test]
+fn deferred_normalisation_matches_softmax_then_product() {
+    let fx = fx();
+    for (batches, rows, keys, dim, causal_rows) in [
+        (4usize, 32usize, 32usize, 16usize, true),
+        (2, 6, 96, 8, false),
+    ] {
+        let valid: Vec<usize> = (0..batches)
+            .flat_map(|_| (0..rows).map(move |i| if causal_rows { i + 1 } else { keys }))
+            .collect();
+        let nx = batches * rows * keys;
+        let nv = batches * keys * dim;
+        let xs: Vec<f64> = (0..nx)
+            .map(|i| (pseudo(i as u64, 71) % 20_000) as f64 / 1000.0 - 10.0)
+            .collect();
+        let vs: Vec<f64> = (0..nv)
+            .map(|i| (pseudo(i as u64, 72) % 16_000) as f64 / 1000.0 - 8.0)
+            .collect();
+        let vals: Vec<u64> = xs
+            .iter()
+            .chain(&vs)
+            .map(|&v| fx.encode(v).unwrap())
+            .collect();
+        let valid2 = valid.clone();
+        let (opened, out) = run_on(31, vals, move |mut ctx, all| {
+            let valid = valid2.clone();
+            async move {
+                let (x, v) = all.split_at(nx)?;
+                let shape = (rows, keys, dim);
+                let deferred =
+                    proto::softmax_matmul_batch(&mut ctx, &x, &v, batches, shape, &valid, MINIMAX)
+                        .await?;
+                let p =
+                    proto::softmax_rows_with(&mut ctx, &x, batches * rows, keys, &valid, MINIMAX)
+                        .await?;
+                let after = proto::matmul_batch_fixed(&mut ctx, &p, &v, batches, shape).await?;
+                Ok(vec![deferred, after])
+            }
+        });
+        // Decoded inputs, then the f64 reference.
+        let xd: Vec<f64> = xs
+            .iter()
+            .map(|&v| fx.decode(fx.encode(v).unwrap()))
+            .collect();
+        let vd: Vec<f64> = vs
+            .iter()
+            .map(|&v| fx.decode(fx.encode(v).unwrap()))
+            .collect();
+        let mut worst = [0.0f64; 2];
+        for b in 0..batches {
+            for i in 0..rows {
+                let r = b * rows + i;
+                let n = valid[r];
+                let row = &xd[r * keys..r * keys + n];
+                let m = row.iter().copied().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = row.iter().map(|&v| (v - m).exp()).collect();
+                let s: f64 = e.iter().sum();
+                for j in 0..dim {
+                    let want: f64 = (0..n)
+                        .map(|k| e[k] / s * vd[(b * keys + k) * dim + j])
+                        .sum();
+                    for (w, got) in worst.iter_mut().zip(&opened) {
+                        let err = (fx.decode(got[r * dim + j]) - want).abs();
+                        *w = w.max(err);
+                    }
+                }
+            }
+        }
+        println!(
+            "softmax·V, {batches} × {rows} × {keys} × {dim}: deferred {:.3e}, softmax then product {:.3e}",
+            worst[0], worst[1]
+        );
+        // Each output sums the rounding of ≤ `keys` exponentials (one ulp each, stochastic)
+        // times values up to 8: a random walk of 4·√keys ulps bounds it. The deferred form
+        // must be no less accurate than the softmax followed by the product.
+        let walk = 4.0 * (keys as f64).sqrt() * fx.decode(1) * 8.0;
+        assert!(worst[0] <= walk, "{worst:?} against {walk:.3e}");
+        assert!(worst[0] <= worst[1], "{worst:?}");
+    }
+}
+
+#[test]
+fn deferred_normalisation_costs_the_softmax_rounds() {
+    // 12 heads × 32 causal queries over 32 keys, heads of 64: GPT-2's attention.
+    let (batches, rows, keys, dim) = (12usize, 32usize, 32usize, 64usize);
+    let valid: Vec<usize> = (0..batches).flat_map(|_| causal(rows, keys)).collect();
+    let (r, bytes) = costs_of(batches * rows * (keys + dim), move |mut ctx, all| {
+        let valid = valid.clone();
+        async move {
+            let (x, v) = all.split_at(batches * rows * keys)?;
+            let v = v.slice(0..batches * keys * dim)?;
+            proto::softmax_matmul_batch(
+                &mut ctx,
+                &x,
+                &v,
+                batches,
+                (rows, keys, dim),
+                &valid,
+                MINIMAX,
+            )
+            .await
+        }
+    });
+    let (r_soft, _) = costs_of(batches * rows * keys, |mut ctx, x| async move {
+        let valid: Vec<usize> = (0..12).flat_map(|_| causal(32, 32)).collect();
+        proto::softmax_rows_with(&mut ctx, &x, 12 * 32, 32, &valid, MINIMAX).await
+    });
+    println!("softmax·V deferred: {r} rounds, {bytes:?} bytes");
+    assert_eq!(r, r_soft);
+    assert_eq!(r, 35);
+    // The softmax's bytes with its final products on the 12·32·64 outputs (128 + 64 +
+    // 4·26 = 296 bits each) instead of the 12·528 valid probabilities (312 bits each), plus
+    // the product with V (264 bits per output): pinned.
+    assert_eq!(bytes, [2_697_216; 3]);
+}

@@ -236,9 +236,9 @@ fn a_ragged_batch_of_four_costs_the_rounds_of_its_longest_prompt() {
     let prompts = fixture_prompts();
     let longest = prompts.iter().map(|(p, _)| p.len()).max().unwrap();
     for (mode, pinned) in [
-        (OutputMode::RevealLogits, 2500),
-        (OutputMode::SecureArgmax, 3077),
-        (OutputMode::Private, 3071),
+        (OutputMode::RevealLogits, 2086),
+        (OutputMode::SecureArgmax, 2663),
+        (OutputMode::Private, 2657),
     ] {
         let opts = RunOptions {
             max_new_tokens: 6,

@@ -51,7 +51,10 @@ pub use reveal::{reveal_all, reveal_to};
 pub use rmsnorm::{RmsScaling, rms_norm_rows};
 pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
-pub use softmax::{ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_rows, softmax_rows_with};
+pub use softmax::{
+    ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,
+    softmax_rows_with,
+};
 use trunc::reshare_trunc;
 pub use trunc::trunc;
 

@@ -415,6 +415,62 @@ pub async fn softmax_rows_with(
     valid_len: &[usize],
     approx: ExpApprox,
 ) -> Result<Shares, Error> {
+    check_rows(x, rows, cols, valid_len)?;
+    let mut ctx = ctx.fork();
+    let me = x.party();
+    if rows == 0 {
+        return Ok(Shares::zeros(me, 0));
+    }
+    let valid = ValidEntries::new(valid_len, cols);
+    let flat = x.gather(&valid.flat_idx)?;
+    let probs = softmax_segments(&mut ctx, &flat, valid_len, &valid.seg_of, approx).await?;
+    valid.scatter(&probs)
+}
+
+/// Where the valid entries of rows of `cols` with public valid lengths are: the flat
+/// vector of valid entries, row by row, and the way back.
+struct ValidEntries {
+    /// Index in the full matrix of each valid entry.
+    flat_idx: Vec<usize>,
+    /// The row of each valid entry.
+    seg_of: Vec<usize>,
+    /// For each entry of the full matrix, its index among the valid ones (none if masked).
+    layout: Vec<Option<usize>>,
+}
+
+impl ValidEntries {
+    fn new(valid_len: &[usize], cols: usize) -> ValidEntries {
+        let mut flat_idx = Vec::new();
+        let mut seg_of = Vec::new();
+        let mut layout = Vec::with_capacity(valid_len.len() * cols);
+        for (r, &v) in valid_len.iter().enumerate() {
+            for c in 0..cols {
+                if c < v {
+                    layout.push(Some(flat_idx.len()));
+                    flat_idx.push(r * cols + c);
+                    seg_of.push(r);
+                } else {
+                    layout.push(None);
+                }
+            }
+        }
+        ValidEntries {
+            flat_idx,
+            seg_of,
+            layout,
+        }
+    }
+
+    /// The full matrix from values of the valid entries, masked entries exactly 0.
+    fn scatter(&self, values: &Shares) -> Result<Shares, Error> {
+        let zero_at = values.len();
+        let idx: Vec<usize> = self.layout.iter().map(|l| l.unwrap_or(zero_at)).collect();
+        Shares::concat(&[values, &Shares::zeros(values.party(), 1)])?.gather(&idx)
+    }
+}
+
+/// The shape checks of the softmax functions.
+fn check_rows(x: &Shares, rows: usize, cols: usize, valid_len: &[usize]) -> Result<(), Error> {
     let total = rows
         .checked_mul(cols)
         .ok_or(Error::misuse("rows·cols overflows"))?;
@@ -424,31 +480,7 @@ pub async fn softmax_rows_with(
     if valid_len.iter().any(|&v| v == 0 || v > cols) {
         return Err(Error::misuse("valid lengths must be in 1..=cols"));
     }
-    let mut ctx = ctx.fork();
-    let me = x.party();
-    if rows == 0 {
-        return Ok(Shares::zeros(me, 0));
-    }
-    // Flatten the valid entries; remember where each lands.
-    let mut flat_idx = Vec::new();
-    let mut seg_of = Vec::new();
-    let mut layout = Vec::with_capacity(total);
-    for (r, &v) in valid_len.iter().enumerate() {
-        for c in 0..cols {
-            if c < v {
-                layout.push(Some(flat_idx.len()));
-                flat_idx.push(r * cols + c);
-                seg_of.push(r);
-            } else {
-                layout.push(None);
-            }
-        }
-    }
-    let flat = x.gather(&flat_idx)?;
-    let probs = softmax_segments(&mut ctx, &flat, valid_len, &seg_of, approx).await?;
-    let zero_at = probs.len();
-    let idx: Vec<usize> = layout.into_iter().map(|l| l.unwrap_or(zero_at)).collect();
-    Shares::concat(&[&probs, &Shares::zeros(me, 1)])?.gather(&idx)
+    Ok(())
 }
 
 /// The sum of each consecutive segment (local, exact).
@@ -483,8 +515,23 @@ async fn softmax_segments(
     approx: ExpApprox,
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
+    let (e, sums) = exps_and_sums(ctx, x, lens, seg_of, approx).await?;
+    let (lo, hi) = sum_range(f, lens);
+    let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA).await?;
+    // 6. Broadcast product.
+    mul_trunc(ctx, &e, &r.gather(seg_of)?, f + SOFTMAX_RECIP_EXTRA).await
+}
+
+/// Steps 1–4 of the softmax: e^(x − max − ε) per element and the sums S per segment.
+async fn exps_and_sums(
+    ctx: &mut Ctx,
+    x: &Shares,
+    lens: &[usize],
+    seg_of: &[usize],
+    approx: ExpApprox,
+) -> Result<(Shares, Shares), Error> {
+    let f = ctx.fixed().frac_bits();
     let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
-    let n_max = lens.iter().copied().max().unwrap_or(1);
     // 1. Row maxima.
     let (max, _) = max_segments(ctx, x, lens, width, MaxMethod::default(), false).await?;
     // 2. z = x − max − ε, ε = 2^−12.
@@ -494,12 +541,92 @@ async fn softmax_segments(
         .add_public_scalar(eps.wrapping_neg());
     // 3. negExp.
     let e = neg_exp_with(ctx, &z, approx).await?;
-    // 4. Row sums: e^−ε ≤ S < n, so 2^(f−1) ≤ S·2^f < 2^(f + ⌈log2 n⌉ + 1).
+    // 4. Row sums.
     let sums = segment_sums(&e, lens)?;
-    // 5. One reciprocal per row.
-    let lo = f - 1;
-    let hi = f + ceil_log2(n_max);
-    let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA).await?;
-    // 6. Broadcast product.
-    mul_trunc(ctx, &e, &r.gather(seg_of)?, f + SOFTMAX_RECIP_EXTRA).await
+    Ok((e, sums))
+}
+
+/// The reciprocal's range for the sums: e^−ε ≤ S < n, so 2^(f−1) ≤ S·2^f <
+/// 2^(f + ⌈log2 n⌉ + 1) for the longest segment n.
+fn sum_range(f: u32, lens: &[usize]) -> (u32, u32) {
+    let n_max = lens.iter().copied().max().unwrap_or(1);
+    (f - 1, f + ceil_log2(n_max))
+}
+
+/// Extra fractional bits of the row reciprocal in [`softmax_matmul_batch`] (f + 8): its
+/// product with e·V sits at 2f + 8 bits, so outputs up to 2^18 stay inside the
+/// truncation's range.
+const DEFERRED_RECIP_EXTRA: u32 = 8;
+
+/// softmax(X_b)·V_b for `batches` problems, each `rows` query rows over `keys` keys and
+/// values of width `dim` (`x`: `batches × rows × keys`, `v`: `batches × keys × dim`,
+/// row-major), row r (over all batches) seeing its first `valid_len[r]` keys — attention's
+/// last two steps with the normalisation deferred past the product with V
+/// (docs/PROTOCOLS.md, Softmax, deferred normalisation).
+///
+/// Steps 1–4 of [`softmax_rows_with`] give e = e^(x − max − ε) and the row sums S; then,
+/// concurrently, r = 1/S ([`reciprocal_extra`], 8 extra bits) and E·V
+/// ([`crate::proto::matmul_batch_fixed`] on the unnormalised rows, masked entries exactly
+/// 0); last, y = trunc((E·V)·r, f + 8), r broadcast along each output row. The product
+/// with V hides behind the reciprocal, so the pair costs the softmax's rounds alone: 2
+/// rounds fewer than [`softmax_rows_with`] followed by the product.
+///
+/// **Range** (contract): as [`softmax_rows_with`] for x, and for V: every |v| < 2^(62 −
+/// 2f − 8) (2^18 at f = 18) and keys·max|v| < 2^(62 − 2f) (E·V before its truncation).
+///
+/// **Error**: e's rounding is not amplified by r before the product (each output carries
+/// E·V's truncation times r ≤ 1, and r's relative error, below n·2^−(f+8)), so the result
+/// is at least as close to softmax(x)·V as [`softmax_rows_with`] followed by the product;
+/// measured in tests/softmax.rs against f64.
+///
+/// **Rounds**: those of [`softmax_rows_with`] (35 for rows of up to 32 keys): the product
+/// with V (2) runs beside the reciprocal (9). **Bits**: [`softmax_rows_with`]'s with the
+/// final products on the `rows × dim` outputs instead of the `rows × keys` probabilities
+/// (312 bits per output: 128 + 64 + 4(f + 8) = 288 at f = 18, plus the reciprocal's), plus
+/// the product with V (264 per output).
+///
+/// # Errors
+/// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
+/// [`neg_exp_with`]; `Protocol` if a message is malformed.
+pub async fn softmax_matmul_batch(
+    ctx: &mut Ctx,
+    x: &Shares,
+    v: &Shares,
+    batches: usize,
+    (rows, keys, dim): (usize, usize, usize),
+    valid_len: &[usize],
+    approx: ExpApprox,
+) -> Result<Shares, Error> {
+    let all_rows = batches
+        .checked_mul(rows)
+        .ok_or(Error::misuse("batches·rows overflows"))?;
+    check_rows(x, all_rows, keys, valid_len)?;
+    let v_len = batches
+        .checked_mul(keys)
+        .and_then(|n| n.checked_mul(dim))
+        .ok_or(Error::misuse("batches·keys·dim overflows"))?;
+    if v.len() != v_len {
+        return Err(Error::misuse("softmax values do not match the keys"));
+    }
+    let mut ctx = ctx.fork();
+    let me = x.party();
+    if all_rows == 0 || dim == 0 {
+        return Ok(Shares::zeros(me, all_rows * dim));
+    }
+    let f = ctx.fixed().frac_bits();
+    let valid = ValidEntries::new(valid_len, keys);
+    let flat = x.gather(&valid.flat_idx)?;
+    let (e, sums) = exps_and_sums(&mut ctx, &flat, valid_len, &valid.seg_of, approx).await?;
+    let e_rows = valid.scatter(&e)?;
+    let (lo, hi) = sum_range(f, valid_len);
+    let (mut cr, mut cm) = (ctx.fork(), ctx.fork());
+    let (r, ev) = try_join(
+        reciprocal_extra(&mut cr, &sums, lo, hi, DEFERRED_RECIP_EXTRA),
+        super::matmul_batch_fixed(&mut cm, &e_rows, v, batches, (rows, keys, dim)),
+    )
+    .await?;
+    let row_of: Vec<usize> = (0..all_rows)
+        .flat_map(|r| core::iter::repeat_n(r, dim))
+        .collect();
+    mul_trunc(&mut ctx, &ev, &r.gather(&row_of)?, f + DEFERRED_RECIP_EXTRA).await
 }

@@ -3,10 +3,11 @@
 //! secret-shared KV cache for decoders, and over padded batches of sequences for encoders.
 //!
 //! The 1/√head_dim scaling is folded into the query weights by the owner, so scores are
-//! plain products. All heads and rows of a layer share the rounds: each of the two batched
-//! products is one fused product+truncation (2 rounds, 264 bits per output element over the
-//! parties), the softmax runs over all rows at once with a public mask (masked positions are
-//! never compared and get weight exactly 0).
+//! plain products. All heads and rows of a layer share the rounds: the scores are one fused
+//! product+truncation (2 rounds, 264 bits per output element over the parties); the softmax
+//! runs over all rows at once with a public mask (masked positions are never compared and
+//! get weight exactly 0) and normalises after the product with V, which runs beside its
+//! reciprocal (`proto::softmax_matmul_batch`), so that product costs no round of its own.
 
 use puma_core::proto::ExpApprox;
 use puma_core::{Ctx, Error, Shares, proto};
@@ -112,11 +113,9 @@ async fn attend(
     let scores = proto::matmul_batch_fixed(ctx, q, kt, batches, (rows, dim, keys)).await?;
     let m1 = ctx.meter();
     costs.add(LayerKind::AttentionMatmul, m0, m1);
-    let probs = proto::softmax_rows_with(ctx, &scores, batches * rows, keys, valid, exp).await?;
-    let m2 = ctx.meter();
-    costs.add(LayerKind::Softmax, m1, m2);
-    let out = proto::matmul_batch_fixed(ctx, &probs, v, batches, (rows, keys, dim)).await?;
-    costs.add(LayerKind::AttentionMatmul, m2, ctx.meter());
+    let out =
+        proto::softmax_matmul_batch(ctx, &scores, v, batches, (rows, keys, dim), valid, exp).await?;
+    costs.add(LayerKind::Softmax, m1, ctx.meter());
     Ok(out)
 }
 
@@ -298,31 +297,18 @@ pub async fn bidirectional(
         .iter()
         .map(|(seqs, l, ..)| vec![*l; seqs.len() * h * l])
         .collect();
-    let probs = puma_core::try_join_all(
-        forks
-            .iter_mut()
-            .zip(&inputs)
-            .zip(scores.iter().zip(&valid))
-            .map(|((c, (_, l, ..)), (s, val))| {
-                proto::softmax_rows_with(c, s, val.len(), *l, val, exp)
-            })
-            .collect(),
-    )
-    .await?;
-    let m2 = ctx.meter();
-    costs.add(LayerKind::Softmax, m1, m2);
     let outs = puma_core::try_join_all(
         forks
             .iter_mut()
             .zip(&inputs)
-            .zip(&probs)
-            .map(|((c, (seqs, l, _, _, v)), p)| {
-                proto::matmul_batch_fixed(c, p, v, seqs.len() * h, (*l, *l, hd))
+            .zip(scores.iter().zip(&valid))
+            .map(|((c, (seqs, l, _, _, v)), (s, val))| {
+                proto::softmax_matmul_batch(c, s, v, seqs.len() * h, (*l, *l, hd), val, exp)
             })
             .collect(),
     )
     .await?;
-    costs.add(LayerKind::AttentionMatmul, m2, ctx.meter());
+    costs.add(LayerKind::Softmax, m1, ctx.meter());
     // Back to rows in batch order: sequence b is the k-th of its group, `h × l × hd`.
     let mut place = vec![(0usize, 0usize); lens.len()];
     let mut offset = 0;

@@ -18,9 +18,10 @@ pub enum LayerKind {
     Linear,
     /// Rotary position embedding of queries and keys.
     Rope,
-    /// The two batched products of attention (scores and weighted values).
+    /// The batched product of attention's queries and keys (the scores).
     AttentionMatmul,
-    /// Softmax over the attention scores.
+    /// Softmax over the attention scores, with the product of its unnormalised weights and
+    /// the values, which runs beside the softmax's reciprocal.
     Softmax,
     /// GeLU.
     Gelu,
