@@ -736,6 +736,35 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    {
+        // GPT-2's attention: 12 heads × 32 causal queries over 32 keys, heads of 64.
+        let (h, q, dim) = (12usize, 32usize, 64usize);
+        let v = reals(h * q * q, -50.0, 50.0, 21);
+        let vals = reals(h * q * dim, -8.0, 8.0, 22);
+        t.row(
+            "softmax_matmul_batch, 12 × 32 causal rows over 32 keys, heads of 64, Minimax",
+            "row (mean)",
+            h * q,
+            measure(move |mut c, me| {
+                let (v, vals) = (v.clone(), vals.clone());
+                async move {
+                    let valid: Vec<usize> = (0..h).flat_map(|_| 1..=q).collect();
+                    let (s, vs) = (shares(me, &v), shares(me, &vals));
+                    let shape = (q, q, dim);
+                    proto::softmax_matmul_batch(
+                        &mut c,
+                        &s,
+                        &vs,
+                        h,
+                        shape,
+                        &valid,
+                        ExpApprox::Minimax,
+                    )
+                    .await
+                }
+            }),
+        )?;
+    }
 
     t.family("Normalisation");
     let d = 768;

@@ -104,6 +104,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
         35,
         348916.0,
     ),
+    (
+        "softmax_matmul_batch, 12 × 32 causal rows over 32 keys, heads of 64, Minimax",
+        35,
+        168576.0,
+    ),
     // Normalisation
     ("layernorm_rows, rows of 768, ε = 1e-5", 14, 699930.0),
     (
