@@ -113,8 +113,8 @@ async fn attend(
     let scores = proto::matmul_batch_fixed(ctx, q, kt, batches, (rows, dim, keys)).await?;
     let m1 = ctx.meter();
     costs.add(LayerKind::AttentionMatmul, m0, m1);
-    let out =
-        proto::softmax_matmul_batch(ctx, &scores, v, batches, (rows, keys, dim), valid, exp).await?;
+    let out = proto::softmax_matmul_batch(ctx, &scores, v, batches, (rows, keys, dim), valid, exp)
+        .await?;
     costs.add(LayerKind::Softmax, m1, ctx.meter());
     Ok(out)
 }
