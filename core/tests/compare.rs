@@ -314,3 +314,44 @@ fn lt_thresholds_costs_three_rounds_and_match_the_formula() {
         );
     }
 }
+
+#[test]
+fn masked_msb_is_exact_at_the_edges_and_costs_three_rounds() {
+    for k in [2u32, 3, 20, 22, 32, 64] {
+        let w = Width::new(k).unwrap();
+        let half = 1i128 << (k - 1);
+        let mut vals: Vec<i64> = vec![0, 1, -1];
+        vals.extend([(half - 1) as i64, (-half) as i64]);
+        if k > 3 {
+            vals.extend([(half - 2) as i64, (-half + 1) as i64, 2, -2]);
+        }
+        let quarter = (half / 2) as i64;
+        vals.extend(
+            (0..2000)
+                .map(|i| (pseudo(i, 90 + u64::from(k)) % (2 * quarter as u64)) as i64 - quarter),
+        );
+        let raw: Vec<u64> = vals.iter().map(|&v| v as u64).collect();
+        let (bits, out) = run_bits(u64::from(k), raw, move |mut ctx, x| async move {
+            proto::msb_masked(&mut ctx, &x, w).await
+        });
+        assert_eq!(out.rounds(), 2 + 3, "k = {k}");
+        for (v, b) in vals.iter().zip(&bits) {
+            assert_eq!(*b == 1, *v < 0, "k = {k}, v = {v}");
+        }
+    }
+    // Bits: 2k + (k − 1)·W + 2k·W + 1; with 8 elements per role block every message is whole
+    // bytes except R2's bits (8 of them: one byte).
+    for (k, bits) in [(22u32, 370u64), (32, 635)] {
+        let w = Width::new(k).unwrap();
+        let n = 24usize;
+        let out = Sim::new(12).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(n);
+                proto::msb_masked(&mut ctx, &x, w).await
+            }
+        });
+        assert_eq!(out.rounds(), 3, "k = {k}");
+        assert_eq!(proto::msb_masked_bits(k), bits);
+        assert_eq!(out.payload_bytes(), [bits * n as u64 / 3 / 8; 3], "k = {k}");
+    }
+}

@@ -217,7 +217,8 @@ fn comparison_views_do_not_depend_on_the_secrets() {
     });
 }
 
-/// The three-round comparison: R2's zero tests, R0's and R1's masked halves, the offers.
+/// The three-round comparisons: R2's zero tests, R0's and R1's masked halves, the offers
+/// (arithmetic output) or R2's bit (boolean output).
 #[test]
 fn masked_comparison_views_do_not_depend_on_the_secrets() {
     assert_private("lt_thresholds", RUNS, |mut ctx, x, y| async move {
@@ -225,7 +226,9 @@ fn masked_comparison_views_do_not_depend_on_the_secrets() {
         let bits =
             proto::lt_thresholds(&mut ctx, &d, &[0, 3 << 18, 1u64.wrapping_neg()], Width::W64)
                 .await?;
-        Shares::concat(&bits.iter().collect::<Vec<_>>())
+        let all = Shares::concat(&bits.iter().collect::<Vec<_>>())?;
+        let sign = proto::msb_masked(&mut ctx, &d, Width::new(40).unwrap()).await?;
+        Ok((all, sign))
     });
 }
 

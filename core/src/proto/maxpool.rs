@@ -27,7 +27,8 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::{BitShares, Shares};
 
-use super::{and, b2a, msb, reshare};
+use super::gelu::shift_components;
+use super::{and, b2a, msb, msb_masked, reshare};
 
 /// Rows up to this length use all-pairs comparisons under [`MaxMethod::default`] whatever
 /// the comparison count; longer rows are halved by tournament levels unless the whole
@@ -141,6 +142,32 @@ fn total_comparisons(lens: &[usize], k: usize) -> Option<usize> {
     })
 }
 
+/// How the comparisons of a maximum are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compare {
+    /// The carry tree ([`msb`]) on the values themselves: exact, fewest bits.
+    Exact,
+    /// Three-round comparisons ([`msb_masked`]) of keys cut locally by `shift` bits (a
+    /// sharing of ⌊x/2^shift⌋ − e, e ∈ {0, 1, 2}, valid in rings of at most 64 − `shift`
+    /// bits): at each level a group's winner is within 3·2^`shift` (raw) of its maximum,
+    /// and is selected exactly.
+    Coarse {
+        /// Bits cut from every component.
+        shift: u32,
+    },
+}
+
+/// The levels that compare in a call over rows of `lens` by `method` (tournament levels
+/// of the longest row, then the all-pairs level): a winner under [`Compare::Coarse`] is
+/// within this many times 3·2^shift of its row's maximum.
+pub(crate) fn comparison_levels(lens: &[usize], method: MaxMethod) -> usize {
+    let n_max = lens.iter().copied().max().unwrap_or(1);
+    if n_max < 2 {
+        return 0;
+    }
+    tournament_levels(n_max, method.threshold(lens)) + 1
+}
+
 /// Tournament levels a row of `n` elements needs before at most `k` remain.
 fn tournament_levels(mut n: usize, k: usize) -> usize {
     let mut levels = 0;
@@ -203,7 +230,7 @@ pub async fn max_rows_with(
     method: MaxMethod,
 ) -> Result<Shares, Error> {
     let lens = uniform_rows(x, rows, cols)?;
-    let (max, _) = max_segments(ctx, x, &lens, width, method, false).await?;
+    let (max, _) = max_segments(ctx, x, &lens, width, method, false, Compare::Exact).await?;
     Ok(max)
 }
 
@@ -257,7 +284,7 @@ pub async fn argmax_rows_with(
     method: MaxMethod,
 ) -> Result<(Shares, Shares), Error> {
     let lens = uniform_rows(x, rows, cols)?;
-    let (max, onehot) = max_segments(ctx, x, &lens, width, method, true).await?;
+    let (max, onehot) = max_segments(ctx, x, &lens, width, method, true, Compare::Exact).await?;
     let onehot = onehot.ok_or(Error::bug("argmax lost its one-hot"))?;
     Ok((max, onehot))
 }
@@ -406,6 +433,7 @@ async fn winners(
     cur: &Shares,
     groups: &[Range<usize>],
     width: Width,
+    compare: Compare,
 ) -> Result<BitShares, Error> {
     let mut ctx = ctx.fork();
     let me = cur.party();
@@ -424,8 +452,17 @@ async fn winners(
     let c = if lhs.is_empty() {
         BitShares::from_public(me, Width::BIT, &[])
     } else {
-        let d = cur.gather(&lhs)?.sub(&cur.gather(&rhs)?)?;
-        msb(&mut ctx, &d, width).await?
+        match compare {
+            Compare::Exact => {
+                let d = cur.gather(&lhs)?.sub(&cur.gather(&rhs)?)?;
+                msb(&mut ctx, &d, width).await?
+            }
+            Compare::Coarse { shift } => {
+                let keys = shift_components(cur, shift);
+                let d = keys.gather(&lhs)?.sub(&keys.gather(&rhs)?)?;
+                msb_masked(&mut ctx, &d, width).await?
+            }
+        }
     };
     // Terms of every member but the last of each group: ¬c_ij (j > i) and c_ji (j < i).
     let mut term_idx = Vec::new();
@@ -627,6 +664,7 @@ pub(crate) async fn max_segments(
     width: Width,
     method: MaxMethod,
     want_onehot: bool,
+    compare: Compare,
 ) -> Result<(Shares, Option<Shares>), Error> {
     let total = lens
         .iter()
@@ -714,7 +752,7 @@ pub(crate) async fn max_segments(
             continue;
         }
 
-        let wb = winners(&mut ctx, &cur, &groups, width).await?;
+        let wb = winners(&mut ctx, &cur, &groups, width, compare).await?;
         let (mut c_sel, mut c_path) = (ctx.fork(), ctx.fork());
         let sel = select_max(&mut c_sel, &cur, &groups, &wb, last_level && want_onehot);
         // Path bits run beside the B2A and fused sum; after the last level the tracked

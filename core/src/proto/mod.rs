@@ -39,7 +39,9 @@ pub use input::{
 };
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
 pub use logistic::tanh;
-pub use masked_lt::{LT_THRESHOLDS_ROUNDS, lt_thresholds, lt_thresholds_bits};
+pub use masked_lt::{
+    LT_THRESHOLDS_ROUNDS, lt_thresholds, lt_thresholds_bits, msb_masked, msb_masked_bits,
+};
 pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,

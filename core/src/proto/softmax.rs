@@ -11,7 +11,7 @@ use crate::ring::Width;
 use crate::share::Shares;
 
 use super::gelu::{encode_at, lincomb};
-use super::maxpool::{MaxMethod, max_segments};
+use super::maxpool::{Compare, MaxMethod, comparison_levels, max_segments};
 use super::mul::{cross_terms, mul_trunc, square_trunc};
 use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 
@@ -25,6 +25,12 @@ pub const SOFTMAX_RING_BITS: u32 = 32;
 /// bits, so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every
 /// later squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
 const NEG_EXP_BITS: u32 = 30;
+
+/// Fractional bits of the keys the softmax's row maxima compare: x is cut locally to
+/// 8 fractional bits (a sharing of ⌊x·2^8⌋ − e, e ∈ {0, 1, 2}), compared in Z_2^(k'−f+9),
+/// k' = [`SOFTMAX_RING_BITS`], where differences of entries within the range contract
+/// stay below half the ring.
+const MAX_KEY_FRAC_BITS: u32 = 8;
 
 /// Extra fractional bits of the row reciprocal inside the softmax functions (f + 12).
 const SOFTMAX_RECIP_EXTRA: u32 = 12;
@@ -531,11 +537,27 @@ async fn exps_and_sums(
     approx: ExpApprox,
 ) -> Result<(Shares, Shares), Error> {
     let f = ctx.fixed().frac_bits();
-    let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
-    // 1. Row maxima.
-    let (max, _) = max_segments(ctx, x, lens, width, MaxMethod::default(), false).await?;
-    // 2. z = x − max − ε, ε = 2^−12.
-    let eps = if f >= 12 { 1u64 << (f - 12) } else { 1 };
+    // 1. Row maxima. With the minimax exponential (uniform relative error, so the softmax
+    // does not depend on which value near the maximum is subtracted) they compare keys
+    // cut to 8 fractional bits, in three rounds each; the other approximations are not
+    // shift-invariant and compare the exact values.
+    let method = MaxMethod::default();
+    let (compare, width) = if approx == ExpApprox::Minimax {
+        let shift = f.saturating_sub(MAX_KEY_FRAC_BITS);
+        let width = Width::new(SOFTMAX_RING_BITS + 1 - shift);
+        (Compare::Coarse { shift }, width)
+    } else {
+        (Compare::Exact, Width::new(SOFTMAX_RING_BITS))
+    };
+    let width = width.ok_or(Error::bug("softmax ring width"))?;
+    let (max, _) = max_segments(ctx, x, lens, width, method, false, compare).await?;
+    // 2. z = x − max − ε', ε' = 2^−12 plus what the keys' cut may cost: the selected
+    // maximum is within 3·2^shift (raw) of the row's at each level that compares.
+    let mut eps = if f >= 12 { 1u64 << (f - 12) } else { 1 };
+    if let Compare::Coarse { shift } = compare {
+        let levels = comparison_levels(lens, method) as u64;
+        eps += 3 * levels * (1u64 << shift);
+    }
     let z = x
         .sub(&max.gather(seg_of)?)?
         .add_public_scalar(eps.wrapping_neg());
