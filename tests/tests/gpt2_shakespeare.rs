@@ -236,9 +236,9 @@ fn a_ragged_batch_of_four_costs_the_rounds_of_its_longest_prompt() {
     let prompts = fixture_prompts();
     let longest = prompts.iter().map(|(p, _)| p.len()).max().unwrap();
     for (mode, pinned) in [
-        (OutputMode::RevealLogits, 2086),
-        (OutputMode::SecureArgmax, 2663),
-        (OutputMode::Private, 2657),
+        (OutputMode::RevealLogits, 2014),
+        (OutputMode::SecureArgmax, 2591),
+        (OutputMode::Private, 2585),
     ] {
         let opts = RunOptions {
             max_new_tokens: 6,
