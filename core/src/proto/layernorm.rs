@@ -48,46 +48,47 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    truncated **before** summing: with GPT-2's residual values near 3000 a fused 2f-bit
 ///    sum of squares would reach 2^68 and wrap —, S = row sum (local),
 ///    r = √(d·2^8)/√((S + d·ε)·2^8) = 1/√(σ² + ε) by [`rsqrt_scaled`] with c = d·2^8 folded
-///    into its table, at f + 8 fractional bits (R_LT + 7 = 14 rounds; comparisons in
-///    Z_2^(hi+2) with lo = ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and
-///    61 for d = 768, ε = 1e-5: 43 comparisons in Z_2^63). Branch B, concurrently:
-///    xg = trunc(xc'·γ, f + 2) at f + 4 bits.
+///    into its table, at f + 8 fractional bits (9 rounds; comparisons in Z_2^(hi+2) with
+///    lo = ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and 61 for
+///    d = 768, ε = 1e-5: 43 thresholds of one [`super::lt_thresholds`] in Z_2^63). Branch
+///    B, concurrently: xg = trunc(xc'·γ, f + 2) at f + 4 bits.
 /// 3. y = trunc(xg·r, f + 12) + β (2 rounds).
 ///
 /// Departures from the baseline plan (docs/PROTOCOLS.md, Baseline plan). Rounds:
-/// [`rsqrt_scaled`] takes R_LT + 7 rounds instead of R_LT + 12 (quadratic initial guess
-/// from the shared normalisation's u and u², one Newton step), so LayerNorm takes 19 rounds
-/// instead of 24. Precision, all for rows of tiny variance, where r reaches 1/√ε ≈ 316 and
-/// amplifies every rounding of x − μ: the squares keep 8 extra bits (at f bits a row of
-/// standard deviation 3e-3 has squares of 2 ulp, and their rounding noise moved r by 0.2%);
-/// the γ branch keeps μ and x − μ at f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits
-/// instead of 12, so the product xg·r sits at 2f + 12 bits as in the baseline and the
-/// overflow budget is unchanged; 1/d carries a low part, so μ's error does not grow with
-/// |μ|. Measured on the tests' tiny-variance rows: 3.1e-3 with the baseline's precision,
-/// 8.5e-5 with these. Cost: four truncations per row instead of one, xg truncated by f + 2
-/// instead of f (+8 bits per element), squares truncated by f − 8 instead of f (−32 bits
-/// per element).
+/// [`rsqrt_scaled`] takes 9 rounds instead of R_LT + 12 = 19 (quadratic initial guess from
+/// the shared normalisation's u and u², one Newton step, and the normalisation's
+/// comparisons in 3 rounds), so LayerNorm takes 14 rounds instead of 24. Precision, all for
+/// rows of tiny variance, where r reaches 1/√ε ≈ 316 and amplifies every rounding of x − μ:
+/// the squares keep 8 extra bits (at f bits a row of standard deviation 3e-3 has squares of
+/// 2 ulp, and their rounding noise moved r by 0.2%); the γ branch keeps μ and x − μ at
+/// f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits instead of 12, so the product xg·r
+/// sits at 2f + 12 bits as in the baseline and the overflow budget is unchanged; 1/d
+/// carries a low part, so μ's error does not grow with |μ|. Measured on the tests'
+/// tiny-variance rows: 3.1e-3 with the baseline's precision, 8.0e-5 with these. Cost: four
+/// truncations per row instead of one, xg truncated by f + 2 instead of f (+8 bits per
+/// element), squares truncated by f − 8 instead of f (−32 bits per element).
 ///
 /// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, so that each square stays
 /// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
 /// d < 2^f; ε > 0 with d·ε·2^f ≥ 1 and d·ε small against d·2^13.
 /// **Error** (measured, tests/gelu_layernorm.rs): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1)
-/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 1.0e-5
-/// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.5e-5 on rows
+/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 8.7e-6
+/// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.0e-5 on rows
 /// of tiny variance (standard deviation 1e-3 to 1e-2, offsets up to 12).
 ///
-/// Rounds: 1 + 2 + (R_LT(hi + 2) + 7) + 2 = 19 for d = 768 (hi = 61, k' = 63, R_LT = 7).
+/// Rounds: 1 + 2 + 9 + 2 = 14 for d = 768 (rsqrt's 9 whatever hi: here hi = 61, k' = 63).
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 4·(28 + 40 + 22 +
 /// 34) = 752) + d·(232 + 272 + 312) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12, each truncation
 /// fused into its product's reshare: 128 + 64 + 4d bits) + rsqrt's bits
-/// (64835 at lo = 18, hi = 61, extra = 8: 43·(845 + 256) comparisons and B2A, 15800 for
-/// the normalisation's 44 shifted versions, their squares and the fused round, 1692 for the
-/// rest); d = 768, ε = 1e-5: **692,275 bits per row (86.5 KB)**, against the baseline
-/// plan's 946.7 kbit (839,731 with separate truncations). **Bytes** per party: roles rotate
-/// over three blocks of rows and of elements, so with the number of rows divisible by 24
-/// each party sends exactly 692275·rows/24 bytes; a single row sends (29308, 28666, 28685)
-/// bytes (its per-row work falls to one party per role).
+/// (72490 at lo = 18, hi = 61, extra = 8: 54998 for the 43 comparisons
+/// ([`super::lt_thresholds_bits`]`(63, 43)`), 15800 for the normalisation's 44 shifted
+/// versions, their squares and the fused round, 1692 for the rest); d = 768, ε = 1e-5:
+/// **699,930 bits per row (87.5 KB)**, against the baseline plan's 946.7 kbit (847,386
+/// with separate truncations). **Bytes** per party: roles rotate over three blocks of rows
+/// and of elements, so with the number of rows divisible by 24 each party sends exactly
+/// 699930·rows/24 bytes; a single row sends (30026, 28132, 29435) bytes (its per-row work
+/// falls to one party per role).
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0 or d ≥ 2^f, or ε outside the
@@ -119,10 +120,10 @@ pub async fn layernorm_rows(
 /// (measured, tests/gelu_layernorm.rs): the same bound as [`layernorm_rows`],
 /// |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
 ///
-/// Rounds: 19 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
+/// Rounds: 14 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
 /// parties): 752 for μ + d·(232 + 320) (squares; final product with its truncation by
-/// f + 14 fused into the reshare) + rsqrt's 64835; d = 768, ε = 1e-5: **489,523 bits per
-/// row** (61.2 KB, against 692,275 with γ). **Bytes** per party: 489523·rows/24 for a
+/// f + 14 fused into the reshare) + rsqrt's 72490; d = 768, ε = 1e-5: **497,178 bits per
+/// row** (62.1 KB, against 699,930 with γ). **Bytes** per party: 497178·rows/24 for a
 /// number of rows divisible by 24.
 ///
 /// # Errors

@@ -84,10 +84,11 @@ fn pow2(e: i64) -> u64 {
 /// bits, optionally u², products u·V with public tables V indexed by j, and the bits
 /// needed for further table look-ups ([`Normalized::lookup`], local).
 ///
-/// Method. Branch A: h_j = [X ≥ 2^j] for j = lo+1..=hi by **one** batched comparison with
-/// public powers of two in Z_2^(hi+2); h is monotone in j, so it already is the prefix-OR
-/// of X's bits from the top and no A2B or OR scan is needed; one B2A of all bits gives
-/// arithmetic l_j = 1 − h_j, and e_j = l_{j+1} − l_j is the one-hot of the top bit.
+/// Method. Branch A: arithmetic l_j = [X < 2^j] for j = lo+1..=hi by **one**
+/// [`lt_thresholds`] with the public thresholds 2^j in Z_2^(hi+2) (3 rounds, no B2A);
+/// h_j = 1 − l_j = [X ≥ 2^j] is monotone in j, so it already is the prefix-OR of X's bits
+/// from the top and no A2B or OR scan is needed, and e_j = l_{j+1} − l_j is the one-hot of
+/// the top bit.
 /// Branch B, concurrently: the versions of X that the look-ups select. For j < `u_bits`,
 /// u = X·2^(u_bits−1−j) is exact; for j ≥ `u_bits` it needs a right shift by
 /// k = j + 1 − `u_bits`, so X_k = trunc(X, k) for k = max(1, lo + 1 − u_bits)..=hi + 1 −
@@ -103,11 +104,13 @@ fn pow2(e: i64) -> u64 {
 /// **Range** (contract): 2^lo ≤ X < 2^(hi+1). Below 2^lo the top bit is taken as lo; at or
 /// above 2^(hi+1) the comparisons in Z_2^(hi+2) wrap: both give wrong results silently.
 ///
-/// Rounds: max(R_A, R_B) + 1 with R_A = R_LT(hi + 2) + 1 = 2 + ⌈log2(hi + 1)⌉ (0 if
-/// lo = hi) and R_B = [some X_k needed] + [square] ≤ 2; e.g. lo = 8, hi = 38: 7 + 1 + 1 = 9.
+/// Rounds: max(R_A, R_B) + 1 with R_A = 3 ([`super::LT_THRESHOLDS_ROUNDS`]; 0 if lo = hi)
+/// and R_B = [some X_k needed] + [square] ≤ 2: 3 + 1 = 4 whenever lo < hi, whatever the
+/// range (lo = 8, hi = 38: 4, where the carry tree and its B2A took 7 + 1 + 1 = 9).
 /// Bits per element (summed over the parties), m = hi − lo, k' = hi + 2:
-/// m·(14k' − 19 − 3⌈log2(k'−1)⌉) (comparisons) + 256·m (B2A) + Σ_k (64 + 4k) (shifted
-/// versions) + 192·(number of versions) if squared + 192·(1 + [square] + tables).
+/// [`super::lt_thresholds_bits`]`(k', m)` = 2k' + (k' − 1)·W + m·(2k'·W + 384), W the bits
+/// of the smallest prime above k' (comparisons; 26234 at k' = 40, m = 30) + Σ_k (64 + 4k)
+/// (shifted versions) + 192·(number of versions) if squared + 192·(1 + [square] + tables).
 ///
 /// # Errors
 /// `Misuse` unless lo ≤ hi ≤ 61, 1 ≤ u_bits ≤ 31 and every table has hi − lo + 1 entries;
@@ -274,7 +277,7 @@ pub(crate) async fn normalize(
 /// 1/x for positive fixed-point x with 2^lo ≤ X < 2^(hi+1), X = x·2^f the raw value,
 /// output at f fractional bits. See [`reciprocal_extra`] (with `extra` = 0).
 ///
-/// Rounds: R_LT(hi + 2) + 7 (lo = 8, hi = 38, i.e. x ∈ [2^−10, 2^20]: 14).
+/// Rounds: 9 whenever lo < hi (e.g. lo = 8, hi = 38, i.e. x ∈ [2^−10, 2^20]).
 ///
 /// # Errors
 /// As [`reciprocal_extra`].
@@ -346,7 +349,8 @@ fn plan(f: u32, lo: u32, hi: u32, extra: u32) -> Result<Plan, Error> {
 ///
 /// Method (docs/PROTOCOLS.md, Reciprocal; Catrina–Saxena 2010 with Goldschmidt's iteration):
 /// 1. normalisation (`normalize`, crate-internal): X = u·2^(j+1), u ∈ [0.5, 1), with u, u² and u·T' (T'_j a power of two
-///    that carries 2^(f−1−j)) from one fused round after the comparisons.
+///    that carries 2^(f−1−j)) from one fused round after the comparisons (one
+///    [`lt_thresholds`] with the thresholds 2^j, 3 rounds).
 /// 2. Initial guess y0 = (15/8)(1.5 − u) (|e0| ≤ 1/16 on [0.5, 1]), so that
 ///    e0 = 1 − u·y0 = 1 − (15/8)(1.5u − u²) and Y0 = y0·T = (15/8)(1.5·T' − u·T')
 ///    are **linear** in (u, u², u·T'): one truncation each, in one round.
@@ -360,27 +364,31 @@ fn plan(f: u32, lo: u32, hi: u32, extra: u32) -> Result<Plan, Error> {
 /// of two.
 ///
 /// **Range** (contract): 2^lo ≤ X < 2^(hi+1); hi − lo ≤ 32.
-/// **Error** (measured, tests/max_recip.rs, 2·10^5 points log-uniform over
-/// x ∈ [2^−10, 2^20], lo = 8, hi = 38): relative error ≤ 1e-4 everywhere with
-/// `extra` = 20 (≤ 2.2e-5 measured); with `extra` = 0 the f = 18 output grid limits small
-/// outputs (≤ 1e-4 relative where 1/x ≥ 2^−4). Analytically: ±7.7e-6 from the iteration
-/// plus at most a few units of 2^−(e bits) and of the last place of Y.
+/// **Error** (measured, tests/max_recip.rs, 10^5 points log-uniform over
+/// x ∈ [2^−10, 2^20] and the powers of two with their neighbours, lo = 8, hi = 38):
+/// relative error ≤ 1e-4 everywhere with `extra` = 20 (2.3e-5 measured); with
+/// `extra` = 0 the f = 18 output grid limits small outputs (≤ 1e-4 relative where
+/// 1/x ≥ 2^−4). Analytically: ±7.7e-6 from the iteration plus at most a few units of
+/// 2^−(e bits) and of the last place of Y.
 ///
-/// Rounds: R_LT(hi + 2) + 7 = 9 + ⌈log2(hi + 1)⌉ — lo = 8, hi = 38 (k' = 40): **14**;
-/// softmax sums, lo = 17, hi = 23 (k' = 25): **13**.
+/// Rounds: 4 (the normalisation) + 5 = **9** whenever lo < hi, whatever the range —
+/// lo = 8, hi = 38 (k' = 40) and the softmax sums, lo = 17, hi = 23 (k' = 25), alike (14
+/// and 13 with the carry-tree comparison and its B2A).
 /// **Bits** per element, summed over the parties (role rotation: a third each), with
 /// m = hi − lo, k' = hi + 2, trunc(d) = 64 + 4d bits, u, e, g the bits chosen above:
-/// - comparisons and B2A: m·(14k' − 19 − 3⌈log2(k'−1)⌉) + 256·m;
+/// - comparisons: [`super::lt_thresholds_bits`]`(k', m)` = 2k' + (k' − 1)·W +
+///   m·(2k'·W + 384), W the bits of the smallest prime above k';
 /// - X versions: trunc(k) for each shift k = max(1, lo + 1 − u)..=hi + 1 − u, and one
 ///   square (192) per version, X itself included when lo < u;
 /// - fused round (u, u², u·T'): 3·192; trunc(2u + 3 − e) for e0, trunc(u + 3 − p) for Y0
 ///   when positive (p = 2f + extra − 1 − hi + g);
 /// - Goldschmidt: 2·192 + 2·trunc(e), then 192 + trunc(e + g).
 ///
-/// lo = 8, hi = 38, extra = 20 (u = 28, e = 17, g = 0): 30·523 + 30·256 +
-/// (64·11 + 4·66) + 12·192 + 3·192 + 232 + 120 + (384 + 264) + 324 = **28542 bits**
-/// (= 1189.25 bytes per party and element); lo = 17, hi = 23, extra = 12 (u = 29, e = 23,
-/// g = 8, softmax sums of rows of 32): **5492 bits**. Both pinned in tests/max_recip.rs.
+/// lo = 8, hi = 38, extra = 20 (u = 28, e = 17, g = 0; k' = 40, W = 6): 26234 +
+/// (64·11 + 4·66) + 12·192 + 3·192 + 232 + 120 + (384 + 264) + 324 = **31406 bits**
+/// (= 1308.58 bytes per party and element); lo = 17, hi = 23, extra = 12 (u = 29, e = 23,
+/// g = 8, softmax sums of rows of 32): **6034 bits**, of which 3974 for the comparisons
+/// (k' = 25, W = 5). Both pinned in tests/max_recip.rs.
 ///
 /// # Errors
 /// `Misuse` unless lo ≤ hi ≤ 61 with hi − lo ≤ 32, or if `extra` leaves fewer than 16

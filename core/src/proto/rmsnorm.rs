@@ -85,28 +85,29 @@ impl RmsScaling {
 ///    trunc(x·xs, 2f − k − g) at g bits, the truncation fused into the product's reshare
 ///    (2 rounds; a plain product, 1 round, if 2f − k = g), S = row sum + dε (local),
 ///    r = 1/√(mean(x²) + ε) by [`rsqrt_scaled`] with c = d·2^(g−f) at f + 8 fractional
-///    bits (R_LT(62) + 7 = 14 rounds, lo = ⌊log2(dε·2^g)⌋, hi = 60). Branch B,
-///    concurrently: xg = trunc(x·γ, f − 4) at f + 4 bits (2 rounds).
+///    bits (9 rounds, lo = ⌊log2(dε·2^g)⌋, hi = 60). Branch B, concurrently:
+///    xg = trunc(x·γ, f − 4) at f + 4 bits (2 rounds).
 /// 2. y = trunc(xg·r, f + 12) (2 rounds), at f bits.
 ///
 /// **Range** (contract): |x| ≤ `bound` for every entry; |x·γ| < 2^(62−2f) (2^26 at
 /// f = 18); |γ|·√d < 2^14 (the final product xg·r at 2f + 12 bits stays below 2^62);
 /// ε > 0 with d·ε·2^g ≥ 1. **Error** (measured, tests/norm_activations.rs, f = 18, rows of
 /// 576, ε = 1e-5, bound 2^15): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1) elementwise, y_ref the
-/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.1e-5 on LLaMA-like rows with
+/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.0e-5 on LLaMA-like rows with
 /// massive activations up to ±2^15 and on rows without outliers (the output grid 2^−f is
-/// 3.8e-6), 3.5e-4 on rows of tiny values (RMS 4e-3, where each square's scaled factor
-/// keeps only f − k = 13 fractional bits).
+/// 3.8e-6), 7.7e-4 on rows of tiny values (RMS 1e-3 to 2e-2, the worst at RMS 1e-3, where
+/// ε dominates; each square's scaled factor keeps only f − k = 13 fractional bits).
 ///
-/// Rounds: 1 + 2 + (R_LT(62) + 7) + 2 = **19** for k > 0 (d = 576, bound 2^15: k = 5,
-/// g = 21). Bits per row (summed over the parties): d·(64 + 4k) for xs,
-/// d·(192 + 4(2f − k − g)) for the squares, d·(192 + 4(f − 4)) for xg, d·(192 + 4(f + 12))
-/// for the final product, plus rsqrt's bits for one row (hi − lo comparisons in Z_2^62);
-/// f = 18, d = 576, ε = 1e-5 (lo = 13, 47 comparisons): 576·(84 + 232 + 248 + 312) =
-/// 504,576 + 68,341 = **572,917 bits per row** (71.6 KB; 683,509 with the truncations
-/// separate from the products). **Bytes** per party: roles rotate over three blocks of
-/// rows and of elements, so with the number of rows divisible by 24 each party sends
-/// exactly 572917·rows/24 bytes; a single row sends (24271, 23703, 23751) bytes.
+/// Rounds: 1 + 2 + 9 + 2 = **14** for k > 0 (d = 576, bound 2^15: k = 5, g = 21). Bits
+/// per row (summed over the parties): d·(64 + 4k) for xs, d·(192 + 4(2f − k − g)) for the
+/// squares, d·(192 + 4(f − 4)) for xg, d·(192 + 4(f + 12)) for the final product, plus
+/// rsqrt's bits for one row (hi − lo thresholds of one [`super::lt_thresholds`] in
+/// Z_2^62); f = 18, d = 576, ε = 1e-5 (lo = 13, 47 thresholds): 576·(84 + 232 + 248 +
+/// 312) = 504,576 + 76,647 (59,395 of it for the comparisons) = **581,223 bits per row**
+/// (72.7 KB; 691,815 with the truncations separate from the products). **Bytes** per
+/// party: roles rotate over three blocks of rows and of elements, so with the number of
+/// rows divisible by 24 each party sends exactly 581223·rows/24 bytes; a single row sends
+/// (25063, 23148, 24535) bytes.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0, a bound with no scaling

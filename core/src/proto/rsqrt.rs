@@ -61,8 +61,8 @@ fn table_entry(c: u64, f: u32, j: u32, tb: u32) -> Result<u64, Error> {
 /// output at f + `extra` fractional bits. See [`rsqrt_scaled`] (with c = 1) for the
 /// method, costs and error.
 ///
-/// Rounds: R_LT(hi + 2) + 7 (lo = 8, hi = 38, i.e. x ∈ [2^−10, 2^20]: 14). Bytes: those
-/// of [`rsqrt_scaled`].
+/// Rounds: 9 whenever lo < hi (e.g. lo = 8, hi = 38, i.e. x ∈ [2^−10, 2^20]). Bytes:
+/// those of [`rsqrt_scaled`].
 ///
 /// # Errors
 /// As [`rsqrt_scaled`].
@@ -83,8 +83,9 @@ pub async fn rsqrt(
 ///
 /// Method (docs/PROTOCOLS.md, Reciprocal square root; Lu et al. 2020): normalise
 /// X = u·2^(j+1) with u ∈ [0.5, 1), j the top bit, by the crate's shared normalisation
-/// (one batched comparison with public powers of two, one B2A, one fused round that
-/// returns u at f bits, its exact square u² and u·T); T = Σ e_j·T_j with
+/// (one [`super::lt_thresholds`] with the public thresholds 2^j, whose arithmetic bits
+/// need no B2A, and one fused round that returns u at f bits, its exact square u² and
+/// u·T); T = Σ e_j·T_j with
 /// T_j = √c·2^((f−1−j)/2) (√2 for odd f−1−j) at f + 14 fractional bits gives
 /// √(c/x) = T/√u. Then, in one round, the
 /// initial guess y0 = 2.23395 − 2.06621u + 0.83545u² (relative minimax fit on [0.5, 1],
@@ -97,31 +98,37 @@ pub async fn rsqrt(
 ///
 /// Departure from the baseline plan (docs/PROTOCOLS.md, Baseline plan), which starts from
 /// the linear y0 = 1.787 − 0.809u (error 0.0224) and needs two Newton steps: R_LT + 12
-/// rounds there, R_LT + 7 here, with a smaller error; the shared normalisation costs more
-/// bits (its shifted versions of X), so as first built its total bits were about those of
-/// the baseline (36798 against 37240 at k' = 40, with the 384-bit B2A and the 64 + 6d-bit
-/// truncation); 32194 now.
+/// rounds there (19 at k' = 40), 9 here (R_LT + 7 with the carry-tree comparison and its
+/// B2A, 4 + 5 with [`super::lt_thresholds`]), with a smaller error; the shared
+/// normalisation costs more bits (its shifted versions of X), so as first built its total
+/// bits were about those of the baseline (36798 against 37240 at k' = 40, with the 384-bit
+/// B2A and the 64 + 6d-bit truncation); 32194 with the carry tree and the 256-bit B2A,
+/// 35058 now.
 ///
 /// **Range** (documented contract): 2^lo ≤ X < 2^(hi+1); a violated bound gives a wrong
 /// normalisation (X below 2^lo is treated as if its top bit were lo).
 /// **Error** (measured, tests/gelu_layernorm.rs): relative error ≤ 1.2e-5 over
-/// x ∈ [2^−10, 2^20] with `extra` = 12; with `extra` = 0, ≤ 5.1e-5 where the output is
+/// x ∈ [2^−10, 2^20] with `extra` = 12; with `extra` = 0, ≤ 5.7e-5 where the output is
 /// ≥ 2^−4 (the baseline plan: 8.1e-5), below which the output grid 2^−f dominates (relative
 /// 2^−f/out). Y and y·uT keep 4 guard bits beyond f + `extra` (fewer if the overflow
 /// budget requires), dropped by the final truncation.
 ///
-/// Rounds: R_LT(hi + 2) + 7, where R_LT(k) = 1 + ⌈log2(k − 1)⌉: 14 at k' = 40 and 63.
+/// Rounds: 4 for the normalisation (3 for its comparisons, [`super::LT_THRESHOLDS_ROUNDS`],
+/// then the fused round) + 5 = 9 whenever lo < hi, whatever the range: 9 at k' = 40 and
+/// 63 alike (14 with the carry-tree comparison and its B2A).
 /// Bits per element, summed over the parties, with m = hi − lo, k' = hi + 2,
-/// L = ⌈log2(k' − 1)⌉, tb = f + 14, g the guard bits (4 unless the overflow budget
-/// allows fewer), td = tb − extra − g, the normalisation's shifts
-/// k = max(1, lo + 1 − f) ..= hi + 1 − f and v = their number, plus one if lo < f:
-/// m·(14k' − 19 − 3L) for the comparisons, 256·m for the B2A, Σ_k (64 + 4k) for the
-/// shifted versions of X, 192·v for their squares, 3·192 for the fused u, u², uT,
-/// 64 + 8f for y0, 2·(64 + 4·td) for uT and Y, 4·192 for the products and
-/// 2·(64 + 4f) + 64 + 4(f + 1 + g) for the other truncations. At lo = 8, hi = 38,
-/// extra = 0 (k = 1..=21, v = 22, g = 4, td = 28): 15690 + 7680 + 2268 + 4224 + 576 +
-/// 208 + 352 + 768 + 272 + 156 = 32194 bits (**Bytes** 32194·n/24 per party with role
-/// rotation, exact for n divisible by 24).
+/// tb = f + 14, g the guard bits (4 unless the overflow budget allows fewer),
+/// td = tb − extra − g, the normalisation's shifts k = max(1, lo + 1 − f) ..= hi + 1 − f
+/// and v = their number, plus one if lo < f: [`super::lt_thresholds_bits`]`(k', m)` =
+/// 2k' + (k' − 1)·W + m·(2k'·W + 384) for the comparisons (W the bits of the smallest
+/// prime above k'), Σ_k (64 + 4k) for the shifted versions of X, 192·v for their
+/// squares, 3·192 for the fused u, u², uT, 64 + 8f for y0, 2·(64 + 4·td) for uT and Y,
+/// 4·192 for the products and 2·(64 + 4f) + 64 + 4(f + 1 + g) for the other truncations.
+/// At lo = 8, hi = 38, extra = 0 (k' = 40, W = 6, k = 1..=21, v = 22, g = 4, td = 28):
+/// 26234 + 2268 + 4224 + 576 + 208 + 352 + 768 + 272 + 156 = 35058 bits (**Bytes**
+/// 35058·n/24 per party with role rotation, exact for n divisible by 24). LayerNorm's
+/// lo = 18, hi = 61, extra = 8, c = 768·2^8: 72490 (54998 for the 43 comparisons);
+/// RMSNorm's lo = 13, hi = 60, extra = 8, c = 576·2^3: 76647 (59395 for 47).
 ///
 /// # Errors
 /// `Misuse` unless lo ≤ hi ≤ 61, c ≥ 1 and extra ≤ 14, or if the table or the output
