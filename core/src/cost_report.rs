@@ -447,6 +447,23 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    for k in [64u32, 23] {
+        // |X| < 2^(k−2) raw, as for msb.
+        let v: Vec<u64> = raw_log(n, 0, k - 2, 10)
+            .into_iter()
+            .zip(bits(n, 11))
+            .map(|(x, s)| if s == 1 { x.wrapping_neg() } else { x })
+            .collect();
+        t.row(
+            format!("msb_masked, k = {k}"),
+            "element",
+            n,
+            measure(move |mut c, me| {
+                let v = v.clone();
+                async move { proto::msb_masked(&mut c, &shares(me, &v), width(k)?).await }
+            }),
+        )?;
+    }
     // The normalisations' comparisons: LayerNorm's (X < 2^62, thresholds 2^19..2^61) and
     // the softmax reciprocal's for rows of 32 (thresholds 2^18..2^23).
     for (k, lo) in [(63u32, 18u32), (25, 17)] {

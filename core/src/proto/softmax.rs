@@ -337,7 +337,7 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error>
 /// t = `squarings`. Same as [`softmax_rows_with`] with every row fully valid and
 /// [`ExpApprox::Puma`]; see there for the method, range, error, rounds and bytes.
 ///
-/// Rounds for rows of 32 and t = 5: **39**, whatever the number of rows.
+/// Rounds for rows of 32 and t = 5: **35**, whatever the number of rows.
 ///
 /// # Errors
 /// As [`softmax_rows_with`].
@@ -358,11 +358,17 @@ pub async fn softmax_rows(
 /// 1. m = max of the valid entries (all rows in one [`MaxMethod::default`] run: all pairs
 ///    for rows of up to 32, and for longer rows while the call compares at most 2^16
 ///    pairs, e.g. 12 single-query rows of up to 105 keys in a KV-cached step; tournament
-///    levels first otherwise), comparisons in Z_2^32;
-/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), so z ≤ −ε < 0 and every
-///    negExp output is below 1;
+///    levels first otherwise). With [`ExpApprox::Minimax`] the comparisons take keys cut
+///    locally to 8 fractional bits (⌊x·2^8⌋ − e, e ∈ {0, 1, 2}) in Z_2^(k'−f+9),
+///    k' = [`SOFTMAX_RING_BITS`], by the three-round [`crate::proto::msb_masked`]; the
+///    selected value is exact, and within 3·2^−8 of the row's maximum per level that
+///    compares (L levels: 1 for rows of up to 32). The other approximations are not
+///    shift-invariant (the result would depend on which value near the maximum is
+///    subtracted), so they compare the exact values by the carry tree in Z_2^32;
+/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), plus L·3·2^−8 with cut
+///    keys, so z ≤ −2^−12 < 0 and every negExp output is below 1;
 /// 3. e = [`neg_exp_with`]`(z, approx)`;
-/// 4. S = Σ e per row (local), S ∈ [e^−ε, n) for a row of n;
+/// 4. S = Σ e per row (local), S ∈ [e^−ε, n) for a row of n (e^−ε > 1/2);
 /// 5. r = 1/S by [`reciprocal_extra`] with lo = f − 1, hi = f + ⌈log2 n_max⌉ and 12 extra
 ///    output bits, once per row;
 /// 6. y = trunc(e·r, f + 12), r broadcast along the row.
@@ -382,10 +388,10 @@ pub async fn softmax_rows(
 /// | approx | negExp rounds | random, dominant, equal rows | adversarial rows |
 /// |---|---|---|---|
 /// | Puma t = 5 | 11 | 2.2e-2 | 0.20 |
-/// | Puma t = 9 | 19 | 1.5e-3 | 1.3e-2 |
+/// | Puma t = 9 | 19 | 1.4e-3 | 1.3e-2 |
 /// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
-/// | Taylor2 t = 8 | 19 | 2.0e-5 | 2.4e-4 |
-/// | Minimax | 11 | 1.7e-5 | 3.6e-5 |
+/// | Taylor2 t = 8 | 19 | 2.1e-5 | 2.3e-4 |
+/// | Minimax | 11 | 1.7e-5 | 2.9e-5 |
 ///
 /// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
 /// below the maximum add up (an f64 evaluation of the approximation alone gives the same
@@ -394,20 +400,25 @@ pub async fn softmax_rows(
 /// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
 /// on every row tested). [`ExpApprox::Minimax`]'s relative error is uniform (8.2e-7 on
 /// [−14, 0]), so its figures are the protocol's rounding (the `protocol` figure of the test,
-/// 3.5e-5), in 8 negExp rounds fewer than Taylor2 t = 8 and with 15 % fewer bytes.
+/// 2.9e-5, with the maxima compared on cut keys), in 8 negExp rounds fewer than Taylor2
+/// t = 8 and with 15 % fewer bytes.
 ///
-/// **Rounds** = R_max + R_exp + (R_LT(hi + 2) + 7) + 2 with R_max the rounds of the
-/// maximum ([`crate::proto::max_rows_with`]) for the longest row and R_exp those of
-/// [`ExpApprox::rounds`]: n ≤ 32, Puma t = 5 (or Taylor2 t = 4): 13 + 11 + 13 + 2 =
-/// **39** (the baseline plan: 41; docs/PROTOCOLS.md, Baseline plan), the same with
-/// Minimax; Puma t = 9 (or Taylor2 t = 8): 47;
-/// n = 1024: 5 tournament levels first, 53 + 11 + 13 + 2 = 79.
+/// **Rounds** = R_max + R_exp + 9 + 2 with R_max the rounds of the maximum for the longest
+/// row ([`crate::proto::max_rows_with`]'s with the carry tree; with cut keys each level
+/// compares in 3 rounds instead of R_LT(32) = 6), R_exp those of [`ExpApprox::rounds`] and
+/// 9 those of the row reciprocal ([`reciprocal_extra`]): n ≤ 32, Puma t = 5 (or Taylor2
+/// t = 4): 13 + 11 + 9 + 2 = **35** (the baseline plan: 41; docs/PROTOCOLS.md, Baseline
+/// plan); Minimax: 10 + 11 + 9 + 2 = **32**; Puma t = 9 (or Taylor2 t = 8): 43;
+/// n = 1024: 5 tournament levels first, 53 + 11 + 9 + 2 = 75 (Minimax: 35 + 11 + 9 + 2 =
+/// 57).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 216262) + n·negExp (Puma t = 5: 2350) + the row's reciprocal (n ≤ 32: 5492)
-/// plus n·(128 + 64 + 4(f + 12)) (final products with their truncations fused into the
-/// reshare: 312 per entry); n = 32, Puma t = 5: 216262 + 75200 + 5492 + 9984 =
-/// **306938 bits (38.4 KB) per row** (319226 with separate truncations), pinned in
-/// tests/softmax.rs.
+/// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
+/// bits instead of 414) + n·negExp (Puma t = 5: 2350; Minimax: 3086) + the row's
+/// reciprocal (n ≤ 32: 6034) plus n·(128 + 64 + 4(f + 12)) (final products with their
+/// truncations fused into the reshare: 312 per entry); n = 32, Puma t = 5:
+/// 216262 + 75200 + 6034 + 9984 = **307480 bits (38.4 KB) per row**; Minimax:
+/// 202870 + 98752 + 6034 + 9984 = **317640**; pinned in tests/softmax.rs and
+/// tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols`, `valid_len.len() ≠ rows`, some valid length is 0 or
@@ -601,11 +612,13 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// is at least as close to softmax(x)·V as [`softmax_rows_with`] followed by the product;
 /// measured in tests/softmax.rs against f64.
 ///
-/// **Rounds**: those of [`softmax_rows_with`] (35 for rows of up to 32 keys): the product
-/// with V (2) runs beside the reciprocal (9). **Bits**: [`softmax_rows_with`]'s with the
-/// final products on the `rows × dim` outputs instead of the `rows × keys` probabilities
-/// (312 bits per output: 128 + 64 + 4(f + 8) = 288 at f = 18, plus the reciprocal's), plus
-/// the product with V (264 per output).
+/// **Rounds**: those of [`softmax_rows_with`] (32 for rows of up to 32 keys with
+/// [`ExpApprox::Minimax`]): the product with V (2) runs beside the reciprocal (9).
+/// **Bits**: [`softmax_rows_with`]'s with the final products on the `rows × dim` outputs
+/// instead of the valid probabilities (128 + 64 + 4(f + 8) = 296 bits per output at
+/// f = 18 instead of 312 per probability) and the reciprocal at 8 extra bits instead of
+/// 12, plus the product with V (264 per output); GPT-2's attention (12 × 32 causal rows
+/// over 32 keys, heads of 64): 163972.5 bits per row, pinned in tests/softmax.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
