@@ -111,6 +111,17 @@ impl Shares {
         &self.b
     }
 
+    /// This party's two components of the elements in `range` (one role block).
+    ///
+    /// # Errors
+    /// `Bug` if the range is outside the vector.
+    pub(crate) fn block(&self, range: Range<usize>) -> Result<(&[u64], &[u64]), Error> {
+        self.a
+            .get(range.clone())
+            .zip(self.b.get(range))
+            .ok_or(Error::bug("block out of range"))
+    }
+
     /// This party's shares from its two components `x_i` and `x_{i+1}` (from its share
     /// store, or dealt from outside: [`crate::dealing`]).
     ///
@@ -417,6 +428,17 @@ impl BitShares {
 
     pub(crate) fn b(&self) -> &[u64] {
         &self.b
+    }
+
+    /// This party's two components of the elements in `range` (one role block).
+    ///
+    /// # Errors
+    /// `Bug` if the range is outside the vector.
+    pub(crate) fn block(&self, range: Range<usize>) -> Result<(&[u64], &[u64]), Error> {
+        self.a
+            .get(range.clone())
+            .zip(self.b.get(range))
+            .ok_or(Error::bug("block out of range"))
     }
 
     /// This party's two XOR components: secret-share material, for tests that look at

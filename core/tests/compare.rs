@@ -4,7 +4,32 @@
 use puma_core::sim::{Sim, reconstruct, reconstruct_bits};
 use puma_core::{FixedPoint, PartyId, Shares, Width, proto};
 
-/// Shares `vals` from P0 and runs `f` on them; returns the opened bits.
+/// Shares `vals` from P0, re-randomises every component (as after any product) and runs
+/// `f` on them.
+fn run_on_input<T, F, Fut>(seed: u64, vals: Vec<u64>, f: F) -> puma_core::sim::Outcome<T>
+where
+    T: Send + 'static,
+    F: Fn(puma_core::Ctx, Shares) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, puma_core::Error>> + Send + 'static,
+{
+    let n = vals.len();
+    Sim::new(seed).run(move |me| {
+        let (f, v) = (f.clone(), vals.clone());
+        move |mut ctx| async move {
+            let x = proto::share_input(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&v[..]),
+                n,
+            )
+            .await?;
+            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
+            f(ctx, x).await
+        }
+    })
+}
+
+/// [`run_on_input`] with a boolean result, opened.
 fn run_bits<F, Fut>(
     seed: u64,
     vals: Vec<u64>,
@@ -16,22 +41,7 @@ where
         + Send
         + 'static,
 {
-    let n = vals.len();
-    let out = Sim::new(seed).run(move |me| {
-        let (f, v) = (f.clone(), vals.clone());
-        move |mut ctx| async move {
-            let x = proto::share_input(
-                &mut ctx,
-                PartyId::P0,
-                (me == PartyId::P0).then_some(&v[..]),
-                n,
-            )
-            .await?;
-            // Re-randomise all components, as after any product.
-            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
-            f(ctx, x).await
-        }
-    });
+    let out = run_on_input(seed, vals, f);
     let bits = reconstruct_bits(&[
         out.results[0].clone().unwrap(),
         out.results[1].clone().unwrap(),
@@ -209,28 +219,17 @@ fn b2a_costs_one_round_and_256_bits() {
     );
 }
 
-/// Shares `vals` from P0 (re-randomised) and opens `proto::lt_thresholds` on them: one
-/// vector of bits per threshold.
+/// `proto::lt_thresholds` on `vals` ([`run_on_input`]), opened: one vector of bits per
+/// threshold.
 fn run_thresholds(
     seed: u64,
     vals: Vec<u64>,
     thresholds: Vec<u64>,
     w: Width,
 ) -> (Vec<Vec<u64>>, u32) {
-    let n = vals.len();
-    let out = Sim::new(seed).run(move |me| {
-        let (v, t) = (vals.clone(), thresholds.clone());
-        move |mut ctx| async move {
-            let x = proto::share_input(
-                &mut ctx,
-                PartyId::P0,
-                (me == PartyId::P0).then_some(&v[..]),
-                n,
-            )
-            .await?;
-            let x = proto::mul(&mut ctx, &x, &Shares::from_public(me, &vec![1; n])).await?;
-            proto::lt_thresholds(&mut ctx, &x, &t, w).await
-        }
+    let out = run_on_input(seed, vals, move |mut ctx, x| {
+        let t = thresholds.clone();
+        async move { proto::lt_thresholds(&mut ctx, &x, &t, w).await }
     });
     let rounds = out.rounds();
     let [p0, p1, p2] = out.into_results().unwrap();

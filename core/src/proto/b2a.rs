@@ -112,11 +112,7 @@ fn send_block(
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
-    let ba = b
-        .a()
-        .get(range.clone())
-        .ok_or(Error::bug("block out of range"))?;
-    let bb = b.b().get(range).ok_or(Error::bug("block out of range"))?;
+    let (ba, bb) = b.block(range.clone())?;
     // K_{R0} (R0 and R2): output F_0, and the mask κ without `relay`.
     let f0 = ctx.pair_random(r0, if relay { n } else { 2 * n })?;
     // K_{R1} (R0 and R1): output F_1, and the mask r.

@@ -103,14 +103,7 @@ async fn eq_zero(ctx: &mut Ctx, z: &Shares, width: Width) -> Result<BitShares, E
     let mut own = Vec::with_capacity(3);
     for ((s, range), c) in blocks.iter().cloned().enumerate().zip(ctxs.iter_mut()) {
         let r0 = PartyId::from_index(s);
-        let za = z
-            .a()
-            .get(range.clone())
-            .ok_or(Error::bug("block out of range"))?;
-        let zb = z
-            .b()
-            .get(range.clone())
-            .ok_or(Error::bug("block out of range"))?;
+        let (za, zb) = z.block(range.clone())?;
         // R0 holds (z_0, z_1): u = z_0 + z_1.
         let u = (me == r0).then(|| {
             za.iter()
@@ -125,11 +118,7 @@ async fn eq_zero(ctx: &mut Ctx, z: &Shares, width: Width) -> Result<BitShares, E
     for (((s, range), c), f) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()).zip(own) {
         let r0 = PartyId::from_index(s);
         let len = range.len();
-        let za = z
-            .a()
-            .get(range.clone())
-            .ok_or(Error::bug("block out of range"))?;
-        let zb = z.b().get(range).ok_or(Error::bug("block out of range"))?;
+        let (za, zb) = z.block(range.clone())?;
         // [u]^B = (F, u ⊕ F, 0) and [v]^B = (0, 0, −z_2), role-relative; e = ¬(u ⊕ v).
         // Negation of a sharing: flip component 0 only.
         let (a, b): (Vec<u64>, Vec<u64>) = if me == r0 {

@@ -293,12 +293,17 @@ enum First {
         draws: Draws,
     },
     /// R2: r's top bits, waiting for the zero tests.
-    Dealer {
-        roles: Roles,
-        n: usize,
-        r_top: Vec<bool>,
-        draws: Draws,
-    },
+    Dealer(Dealer),
+}
+
+/// What R2 keeps until the zero tests arrive.
+struct Dealer {
+    roles: Roles,
+    /// Elements of the block.
+    n: usize,
+    /// The top bit of r for each element.
+    r_top: Vec<bool>,
+    draws: Draws,
 }
 
 fn lacks(v: &[u64], n: usize) -> bool {
@@ -315,11 +320,7 @@ fn first_round(
     let me = ctx.me();
     let roles = Roles::of_block(s);
     let n = range.len();
-    let xa = x
-        .a()
-        .get(range.clone())
-        .ok_or(Error::bug("block out of range"))?;
-    let xb = x.b().get(range).ok_or(Error::bug("block out of range"))?;
+    let (xa, xb) = x.block(range.clone())?;
     let draws = Draws::draw(ctx, setup, roles, n)?;
     let ring = setup.ring;
     let width = Width::new(setup.k).ok_or(Error::bug("ring width"))?;
@@ -370,12 +371,12 @@ fn first_round(
             *v %= p;
         }
         ctx.send(roles.r1, &to_r1, setup.field)?;
-        Ok(First::Dealer {
+        Ok(First::Dealer(Dealer {
             roles,
             n,
             r_top,
             draws,
-        })
+        }))
     }
 }
 
@@ -388,12 +389,7 @@ enum Second {
         draws: Draws,
     },
     /// R2, unchanged.
-    Dealer {
-        roles: Roles,
-        n: usize,
-        r_top: Vec<bool>,
-        draws: Draws,
-    },
+    Dealer(Dealer),
 }
 
 /// The common randomness of R0 and R1 for one (element, threshold): β, the rotation, the
@@ -427,17 +423,7 @@ fn common_at(words: &[u64], idx: usize, k: usize) -> Result<Common<'_>, Error> {
 async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second, Error> {
     let me = ctx.me();
     match st {
-        First::Dealer {
-            roles,
-            n,
-            r_top,
-            draws,
-        } => Ok(Second::Dealer {
-            roles,
-            n,
-            r_top,
-            draws,
-        }),
+        First::Dealer(dealer) => Ok(Second::Dealer(dealer)),
         First::Pair { roles, half, draws } => {
             let n = half.len();
             let (k, m, low, p) = (setup.k as usize, setup.m(), setup.low(), setup.p);
@@ -566,12 +552,12 @@ enum Third {
 async fn third_round(ctx: &mut Ctx, setup: &Setup, st: Second) -> Result<Third, Error> {
     match st {
         Second::Pair { roles, v, draws } => Ok(Third::Pair { roles, v, draws }),
-        Second::Dealer {
+        Second::Dealer(Dealer {
             roles,
             n,
             r_top,
             draws,
-        } => {
+        }) => {
             let (k, m, p) = (setup.k as usize, setup.m(), setup.p);
             let from0 = ctx.recv(roles.r0, n * m * k, setup.field).await?;
             let from1 = ctx.recv(roles.r1, n * m * k, setup.field).await?;

@@ -176,11 +176,7 @@ fn first_layer_send(
     let k = width.bits();
     let wt = low_width(k - 1)?; // OT strings cover positions 0..k−2
     let (km, tm) = (width.mask(), wt.mask());
-    let xa = x
-        .a()
-        .get(range.clone())
-        .ok_or(Error::bug("block out of range"))?;
-    let xb = x.b().get(range).ok_or(Error::bug("block out of range"))?;
+    let (xa, xb) = x.block(range.clone())?;
     // Correlated draws, in the same order at every party.
     let f2 = ctx.pair_random(r2, 4 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w_0, w_1, [G]^B comp 2
     let f1 = ctx.pair_random(r1, 2 * n)?; // K_{R1}: R0 and R1 — v_0, v_1

@@ -209,11 +209,7 @@ fn send_block(
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
-    let xa = x
-        .a()
-        .get(range.clone())
-        .ok_or(Error::bug("block out of range"))?;
-    let xb = x.b().get(range).ok_or(Error::bug("block out of range"))?;
+    let (xa, xb) = x.block(range.clone())?;
     let mask = width.mask();
     let d = width.bits();
     // Correlated draws, in the same order at every party.
