@@ -629,7 +629,7 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
-    for (lo, hi, extra) in [(8u32, 38u32, 20u32), (17, 23, 12)] {
+    for (lo, hi, extra) in [(8u32, 38u32, 20u32), (17, 22, 12)] {
         let v = raw_log(n, lo, hi + 1, 14);
         t.row(
             format!("reciprocal_extra, lo = {lo}, hi = {hi}, extra = {extra}"),

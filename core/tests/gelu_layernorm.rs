@@ -374,7 +374,7 @@ fn rsqrt_relative_error_over_its_range() {
     let (y, out) = run_on(14, xs.clone(), move |mut ctx, x| async move {
         proto::rsqrt(&mut ctx, &x, 8, 38, extra).await
     });
-    assert_eq!(out.rounds(), 2 + 9);
+    assert_eq!(out.rounds(), 2 + 6);
     let mut worst = (0.0f64, 0.0);
     for (&raw, &yv) in xs.iter().zip(&y) {
         let x = fx.decode(raw);
@@ -399,7 +399,7 @@ fn rsqrt_without_extra_bits() {
     let (y, out) = run_on(18, xs.clone(), |mut ctx, x| async move {
         proto::rsqrt(&mut ctx, &x, 8, 38, 0).await
     });
-    assert_eq!(out.rounds(), 2 + 9);
+    assert_eq!(out.rounds(), 2 + 6);
     let mut worst = 0.0f64;
     for (&raw, &yv) in xs.iter().zip(&y) {
         let want = 1.0 / fx.decode(raw).sqrt();
@@ -409,19 +409,19 @@ fn rsqrt_without_extra_bits() {
     assert!(worst <= 1e-4, "{worst}");
 }
 
-/// rsqrt at lo = 8, hi = 38 (k' = 40): 9 rounds; 35058 bits per element in total with
-/// extra = 0 (a third per party): the 30 comparisons cost 26,234 bits where the carry
-/// tree and B2A took 23,370.
+/// rsqrt at lo = 8, hi = 38 (k = 40): 6 rounds; 86,466 bits per element in total with
+/// extra = 0 (a third per party; `rsqrt_bits`): the 61 comparisons (two sub-segments in
+/// each of 31 octaves) cost 53,018 bits.
 #[test]
 fn rsqrt_costs_are_pinned() {
     let n = 24usize;
     let out = costs(n, |mut ctx, x| async move {
         proto::rsqrt(&mut ctx, &x, 8, 38, 0).await
     });
-    assert_eq!(out.rounds(), 9);
-    assert_eq!(out.payload_bytes(), [(35058 * n / 24) as u64; 3]);
-    assert_eq!(proto::lt_thresholds_bits(40, 30), 26_234);
-    assert_eq!(35058 - 26_234, 32194 - 30 * (523 + 256));
+    assert_eq!(out.rounds(), 6);
+    assert_eq!(out.payload_bytes(), [(86_466 * n / 24) as u64; 3]);
+    assert_eq!(proto::rsqrt_bits(18, 8, 38, 0, 1).unwrap(), 86_466);
+    assert_eq!(proto::lt_thresholds_bits(40, 61), 53_018);
 }
 
 /// f64 LayerNorm of one row (biased variance).
@@ -464,7 +464,7 @@ fn check_layernorm_with(seed: u64, x: &[f64], affine: Option<(&[f64], &[f64])>, 
             proto::layernorm_rows_unscaled(&mut ctx, &x, rows, d, eps).await
         }
     });
-    assert_eq!(out.rounds(), 2 + 14);
+    assert_eq!(out.rounds(), 2 + 11);
     let dec = fx.decode_slice(&vals);
     let (gd, bd) = (&dec[rows * d..rows * d + d], &dec[rows * d + d..]);
     let mut worst = 0.0f64;
@@ -547,16 +547,17 @@ fn layernorm_on_rows_with_tiny_variance() {
     assert!(worst <= 1e-3, "{worst}");
 }
 
-/// LayerNorm of rows of 768: 14 rounds whatever the number of rows, pinned bytes; with a
-/// number of rows divisible by 24 each party sends exactly 699,930 bits per row (the 43
-/// comparisons at k' = 63 cost 54,998 bits where the carry tree and B2A took 47,343).
+/// LayerNorm of rows of 768: 11 rounds whatever the number of rows, pinned bytes; with a
+/// number of rows divisible by 24 each party sends exactly 765,670 bits per row, of which
+/// rsqrt's 138,230 (`rsqrt_bits`; its 87 comparisons, two per octave, at k = 54 cost
+/// 90,210 bits).
 #[test]
 fn layernorm_costs_are_pinned() {
     let d = 768;
     for (rows, want) in [
-        (1usize, [30026u64, 28132, 29435]),
-        (4, [117553, 115689, 116991]),
-        (24, [699930; 3]),
+        (1usize, [33078u64, 30733, 32139]),
+        (4, [128886, 126610, 128014]),
+        (24, [765_670; 3]),
     ] {
         let out = Sim::new(8).run(move |me| {
             move |mut ctx| async move {
@@ -566,26 +567,28 @@ fn layernorm_costs_are_pinned() {
                 proto::layernorm_rows(&mut ctx, &x, rows, d, &g, &b, 1e-5).await
             }
         });
-        assert_eq!(out.rounds(), 14, "rows = {rows}");
+        assert_eq!(out.rounds(), 11, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("layernorm, {rows} row(s) of {d}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
     }
+    assert_eq!(proto::rsqrt_bits(18, 18, 61, 8, 768 << 8).unwrap(), 138_230);
+    assert_eq!(proto::lt_thresholds_bits(54, 87), 90_210);
 }
 
-/// LayerNorm without γ and β, rows of 768: 14 rounds, 497,178 bits per row (a third per
+/// LayerNorm without γ and β, rows of 768: 11 rounds, 562,918 bits per row (a third per
 /// party for a number of rows divisible by 24).
 #[test]
 fn unscaled_layernorm_costs_are_pinned() {
     let d = 768;
-    for (rows, want) in [(1usize, [21578u64, 19684, 20987]), (24, [497178; 3])] {
+    for (rows, want) in [(1usize, [24630u64, 22285, 23691]), (24, [562_918; 3])] {
         let out = Sim::new(8).run(move |_| {
             move |mut ctx| async move {
                 let x = ctx.random_shares(rows * d);
                 proto::layernorm_rows_unscaled(&mut ctx, &x, rows, d, 1e-5).await
             }
         });
-        assert_eq!(out.rounds(), 14, "rows = {rows}");
+        assert_eq!(out.rounds(), 11, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("layernorm without γ, β, {rows} row(s) of {d}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
@@ -617,7 +620,8 @@ fn empty_inputs_and_misuse() {
             let mut errs = Vec::new();
             errs.push(proto::rsqrt(&mut ctx, &x, 9, 8, 0).await.is_err());
             errs.push(proto::rsqrt(&mut ctx, &x, 8, 62, 0).await.is_err());
-            errs.push(proto::rsqrt(&mut ctx, &x, 8, 38, 15).await.is_err());
+            errs.push(proto::rsqrt(&mut ctx, &x, 8, 38, 40).await.is_err());
+            errs.push(proto::rsqrt(&mut ctx, &x, 7, 38, 0).await.is_err());
             errs.push(
                 proto::rsqrt_scaled(&mut ctx, &x, 8, 38, 0, 0)
                     .await

@@ -374,8 +374,8 @@ fn reciprocal_relative_error_over_2_pow_minus_10_to_2_pow_20() {
         raw.len()
     );
     assert!(all <= 1e-4, "extra = 20: {all}");
-    // Input + re-randomisation + 9 rounds.
-    assert_eq!(out.rounds(), 2 + 9);
+    // Input + re-randomisation + 6 rounds.
+    assert_eq!(out.rounds(), 2 + 6);
 }
 
 #[test]
@@ -401,33 +401,30 @@ fn reciprocal_at_f_bits_is_limited_by_the_output_grid_only() {
 
 #[test]
 fn reciprocal_costs_are_pinned() {
-    // lo = 8, hi = 38 (x ∈ [2^−10, 2^20]), extra = 20: 9 rounds; n = 24 elements.
+    // lo = 8, hi = 38 (x ∈ [2^−10, 2^20]), extra = 20: 6 rounds; n = 24 elements.
     let out = costs(24, |mut ctx, x| async move {
         Ok(vec![
             proto::reciprocal_extra(&mut ctx, &x, 8, 38, 20).await?,
         ])
     });
-    assert_eq!(out.rounds(), 9);
-    // 31406 bits per element in total: the 30 comparisons at k' = 40 (26,234) + 11 shifted
-    // versions (64·11 + 4·66) and 12 squares (12·192) + fused round 3·192 + truncations of
-    // e0 (d = 42) and Y0 (d = 14) + step 2 (2·192 + 2·132) + step 3 (192 + 132).
-    assert_eq!(out.payload_bytes(), [31_406; 3]);
-    assert_eq!(proto::lt_thresholds_bits(40, 30), 26_234);
-    assert_eq!(
-        26_234 + 64 * 11 + 4 * 66 + 12 * 192 + 3 * 192 + 232 + 120 + 384 + 264 + 324,
-        31_406
-    );
-    // Softmax sums of rows of 32: lo = 17, hi = 23, extra = 12: 9 rounds.
+    assert_eq!(out.rounds(), 6);
+    // 118,150 bits per element in total (the segment method's formula,
+    // `reciprocal_bits`): the 92 comparisons (three sub-segments in each of 31 octaves) at
+    // k = 40 cost 79,802 of them.
+    assert_eq!(out.payload_bytes(), [118_150; 3]);
+    assert_eq!(proto::reciprocal_bits(18, 8, 38, 20).unwrap(), 118_150);
+    assert_eq!(proto::lt_thresholds_bits(40, 92), 79_802);
+    // Softmax sums of rows of 32: lo = 17, hi = 22, extra = 12: 6 rounds.
     let out = costs(24, |mut ctx, x| async move {
         Ok(vec![
-            proto::reciprocal_extra(&mut ctx, &x, 17, 23, 12).await?,
+            proto::reciprocal_extra(&mut ctx, &x, 17, 22, 12).await?,
         ])
     });
-    assert_eq!(out.rounds(), 9);
-    // 6034 bits per element: the 6 comparisons at k' = 25 (3974; the carry tree and B2A
-    // took 6·(14·25 − 19 − 15) + 6·256 = 3432) + X² (192) + fused round 3·192 +
-    // truncations of e0 (d = 61 − 23 = 38) and Y0 + step 2 + step 3.
-    assert_eq!(out.payload_bytes(), [6034; 3]);
-    assert_eq!(proto::lt_thresholds_bits(25, 6), 3974);
-    assert_eq!(6034 - 3974, 5492 - 3432);
+    assert_eq!(out.rounds(), 6);
+    // 17,091 bits per element: X cut by 8 bits (96), the 17 comparisons in Z_2^16
+    // (9,355), u for the octave above 2^21 (68), t² (6·276) and the 18 segments.
+    assert_eq!(out.payload_bytes(), [17_091; 3]);
+    assert_eq!(proto::reciprocal_bits(18, 17, 22, 12).unwrap(), 17_091);
+    assert_eq!(proto::lt_thresholds_bits(16, 17), 9_355);
+    assert!(proto::reciprocal_bits(18, 7, 38, 0).is_err());
 }

@@ -155,7 +155,7 @@ fn check_rmsnorm(seed: u64, x: &[f64], g: &[f64], d: usize) -> Vec<f64> {
         let (x, g) = v.split_at(rows * d)?;
         proto::rms_norm_rows(&mut ctx, &x, rows, d, &g, EPS, BOUND).await
     });
-    assert_eq!(out.rounds(), 2 + 14);
+    assert_eq!(out.rounds(), 2 + 11);
     let dec = fx.decode_slice(&vals);
     let gd = &dec[rows * d..];
     (0..rows)
@@ -233,11 +233,11 @@ fn rmsnorm_on_rows_of_tiny_values() {
     assert!(w <= 1e-3, "{w}");
 }
 
-/// RMSNorm of rows of 576 at bound 2^15: 14 rounds whatever the number of rows; with a
-/// number of rows divisible by 24 each party sends exactly 581,223 bits per row.
+/// RMSNorm of rows of 576 at bound 2^15: 11 rounds whatever the number of rows; with a
+/// number of rows divisible by 24 each party sends exactly 659,602 bits per row.
 #[test]
 fn rmsnorm_costs_are_pinned() {
-    for (rows, want) in [(1usize, [25063u64, 23148, 24535]), (24, [581_223; 3])] {
+    for (rows, want) in [(1usize, [28789u64, 26043, 27861]), (24, [659_602; 3])] {
         let out = Sim::new(8).run(move |_| {
             move |mut ctx| async move {
                 let x = ctx.random_shares(rows * D);
@@ -245,26 +245,26 @@ fn rmsnorm_costs_are_pinned() {
                 proto::rms_norm_rows(&mut ctx, &x, rows, D, &g, EPS, BOUND).await
             }
         });
-        assert_eq!(out.rounds(), 14, "rows = {rows}");
+        assert_eq!(out.rounds(), 11, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("rmsnorm, {rows} row(s) of {D}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
     }
     // rsqrt alone on 24 row sums (lo = ⌊log2(576·1e-5·2^21)⌋ = 13, hi = 60, c = 576·2^3):
-    // 9 rounds, 76,647 bits per row: the 47 comparisons at k' = 62 cost 59,395 bits
-    // (`lt_thresholds_bits`) where the carry tree and B2A took 51,089.
+    // 6 rounds, 155,026 bits per row (`rsqrt_bits`): the 95 comparisons (two per octave)
+    // on keys cut by 4 bits, at k = 58, cost 103,058 bits.
     let out = costs(24, |mut ctx, s| async move {
         proto::rsqrt_scaled(&mut ctx, &s, 13, 60, 8, 576 << 3).await
     });
-    assert_eq!(out.rounds(), 9);
-    assert_eq!(out.payload_bytes(), [76_647; 3]);
-    assert_eq!(proto::lt_thresholds_bits(62, 47), 59_395);
-    assert_eq!(76_647 - 59_395, 68_341 - 47 * (14 * 62 - 19 - 18 + 256));
+    assert_eq!(out.rounds(), 6);
+    assert_eq!(out.payload_bytes(), [155_026; 3]);
+    assert_eq!(proto::rsqrt_bits(18, 13, 60, 8, 576 << 3).unwrap(), 155_026);
+    assert_eq!(proto::lt_thresholds_bits(58, 95), 103_058);
     // Per element: trunc(x, 5), x·xs truncated by 10, x·γ truncated by 14 and xg·r
     // truncated by 30, each truncation fused into its product's reshare.
     let per_element = (64 + 4 * 5) + (192 + 4 * 10) + (192 + 4 * 14) + (192 + 4 * 30);
     assert_eq!(per_element, 876);
-    assert_eq!(D as u64 * per_element + 68_341, 572_917);
+    assert_eq!(D as u64 * per_element + 155_026, 659_602);
 }
 
 fn silu_exact(x: f64) -> f64 {
@@ -409,7 +409,7 @@ fn tanh_accuracy() {
     let (y, out) = run_on(41, raw.clone(), |mut ctx, x| async move {
         proto::tanh(&mut ctx, &x).await
     });
-    assert_eq!(out.rounds(), 2 + 31);
+    assert_eq!(out.rounds(), 2 + 27);
     assert_eq!(y[12_000], 0, "tanh(0)");
     let (mut worst, mut at) = (0.0f64, 0.0);
     for (&r, &yv) in raw.iter().zip(&y) {
@@ -421,11 +421,11 @@ fn tanh_accuracy() {
         }
     }
     println!("tanh: worst |err| {worst:.3e} at x = {at}");
-    // Measured 1.7e-5 (the output grid 2^−f is 3.8e-6).
+    // Measured 1.2e-5 (the output grid 2^−f is 3.8e-6).
     assert!(worst <= 2.5e-5, "{worst} at {at}");
 }
 
-/// tanh: 31 rounds, 7842 bits per element (a third per party).
+/// tanh: 27 rounds, 12,574 bits per element (a third per party).
 #[test]
 fn tanh_costs_are_pinned() {
     let n = 96usize;
@@ -433,14 +433,13 @@ fn tanh_costs_are_pinned() {
         n,
         |mut ctx, x| async move { proto::tanh(&mut ctx, &x).await },
     );
-    assert_eq!(out.rounds(), 31);
-    assert_eq!(out.payload_bytes(), [7842 * n as u64 / 24; 3]);
-    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 3086, reciprocal 3390, (1 − e)·r with
-    // its truncation by f + 12 fused 312, s·t 192. The reciprocal's comparisons (k' = 21,
-    // two thresholds) take 1330 bits where the carry tree and B2A took 1032.
-    assert_eq!(414 + 256 + 192 + 3086 + 3390 + 312 + 192, 7842);
-    assert_eq!(proto::lt_thresholds_bits(21, 2), 1330);
-    assert_eq!(3390 - 1330, 3092 - 2 * (14 * 21 - 19 - 15 + 256));
+    assert_eq!(out.rounds(), 27);
+    assert_eq!(out.payload_bytes(), [12_574 * n as u64 / 24; 3]);
+    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 3086, reciprocal 8122 (three octaves
+    // of three sub-segments, the 8 comparisons on keys cut by 8 bits), (1 − e)·r with its
+    // truncation by f + 12 fused 312, s·t 192.
+    assert_eq!(414 + 256 + 192 + 3086 + 8122 + 312 + 192, 12_574);
+    assert_eq!(proto::reciprocal_bits(18, 17, 19, 12).unwrap(), 8122);
 }
 
 /// Empty inputs give empty outputs; bad shapes and parameters are typed errors.

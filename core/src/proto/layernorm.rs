@@ -48,16 +48,18 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    truncated **before** summing: with GPT-2's residual values near 3000 a fused 2f-bit
 ///    sum of squares would reach 2^68 and wrap —, S = row sum (local),
 ///    r = √(d·2^8)/√((S + d·ε)·2^8) = 1/√(σ² + ε) by [`rsqrt_scaled`] with c = d·2^8 folded
-///    into its table, at f + 8 fractional bits (9 rounds; comparisons in Z_2^(hi+2) with
-///    lo = ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and 61 for
-///    d = 768, ε = 1e-5: 43 thresholds of one [`super::lt_thresholds`] in Z_2^63). Branch
-///    B, concurrently: xg = trunc(xc'·γ, f + 2) at f + 4 bits.
+///    into its segments' scales, at f + 8 fractional bits (6 rounds; lo =
+///    ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and 61 for d = 768,
+///    ε = 1e-5: 44 octaves of two sub-segments, 87 thresholds of one
+///    [`super::lt_thresholds`] on keys cut by 9 bits, in Z_2^54). Branch B, concurrently:
+///    xg = trunc(xc'·γ, f + 2) at f + 4 bits.
 /// 3. y = trunc(xg·r, f + 12) + β (2 rounds).
 ///
 /// Departures from the baseline plan (docs/PROTOCOLS.md, Baseline plan). Rounds:
-/// [`rsqrt_scaled`] takes 9 rounds instead of R_LT + 12 = 19 (quadratic initial guess from
-/// the shared normalisation's u and u², one Newton step, and the normalisation's
-/// comparisons in 3 rounds), so LayerNorm takes 14 rounds instead of 24. Precision, all for
+/// [`rsqrt_scaled`] takes 6 rounds instead of R_LT + 12 = 19 (one polynomial per
+/// sub-segment of the magnitude, evaluated beside the comparisons that find it; see
+/// docs/PROTOCOLS.md, Negative powers by segments), so LayerNorm takes 11 rounds instead
+/// of 24. Precision, all for
 /// rows of tiny variance, where r reaches 1/√ε ≈ 316 and amplifies every rounding of x − μ:
 /// the squares keep 8 extra bits (at f bits a row of standard deviation 3e-3 has squares of
 /// 2 ulp, and their rounding noise moved r by 0.2%); the γ branch keeps μ and x − μ at
@@ -72,22 +74,21 @@ const MEAN_LOW_BITS: u32 = 12;
 /// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
 /// d < 2^f; ε > 0 with d·ε·2^f ≥ 1 and d·ε small against d·2^13.
 /// **Error** (measured, tests/gelu_layernorm.rs): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1)
-/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 8.7e-6
+/// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 3.8e-6
 /// on rows of 768 with outliers of ±3000 (the output grid 2^−f is 3.8e-6), 8.0e-5 on rows
 /// of tiny variance (standard deviation 1e-3 to 1e-2, offsets up to 12).
 ///
-/// Rounds: 1 + 2 + 9 + 2 = 14 for d = 768 (rsqrt's 9 whatever hi: here hi = 61, k' = 63).
+/// Rounds: 1 + 2 + 6 + 2 = **11** for d = 768 (rsqrt's 6 whenever hi > 21).
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 4·(28 + 40 + 22 +
 /// 34) = 752) + d·(232 + 272 + 312) (squares with their truncation by f − 8, xc'·γ with
 /// its truncation by f + 2, final product with its truncation by f + 12, each truncation
 /// fused into its product's reshare: 128 + 64 + 4d bits) + rsqrt's bits
-/// (72490 at lo = 18, hi = 61, extra = 8: 54998 for the 43 comparisons
-/// ([`super::lt_thresholds_bits`]`(63, 43)`), 15800 for the normalisation's 44 shifted
-/// versions, their squares and the fused round, 1692 for the rest); d = 768, ε = 1e-5:
-/// **699,930 bits per row (87.5 KB)**, against the baseline plan's 946.7 kbit (847,386
+/// ([`super::rsqrt_bits`]: 138,230 at lo = 18, hi = 61, extra = 8, of which 90,210 for the
+/// 87 comparisons, [`super::lt_thresholds_bits`]`(54, 87)`); d = 768, ε = 1e-5:
+/// **765,670 bits per row (95.7 KB)**, against the baseline plan's 946.7 kbit (847,386
 /// with separate truncations). **Bytes** per party: roles rotate over three blocks of rows
 /// and of elements, so with the number of rows divisible by 24 each party sends exactly
-/// 699930·rows/24 bytes; a single row sends (30026, 28132, 29435) bytes (its per-row work
+/// 765670·rows/24 bytes; a single row sends (33078, 30733, 32139) bytes (its per-row work
 /// falls to one party per role).
 ///
 /// # Errors
@@ -120,10 +121,10 @@ pub async fn layernorm_rows(
 /// (measured, tests/gelu_layernorm.rs): the same bound as [`layernorm_rows`],
 /// |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
 ///
-/// Rounds: 14 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
+/// Rounds: 11 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
 /// parties): 752 for μ + d·(232 + 320) (squares; final product with its truncation by
-/// f + 14 fused into the reshare) + rsqrt's 72490; d = 768, ε = 1e-5: **497,178 bits per
-/// row** (62.1 KB, against 699,930 with γ). **Bytes** per party: 497178·rows/24 for a
+/// f + 14 fused into the reshare) + rsqrt's 138,230; d = 768, ε = 1e-5: **562,918 bits
+/// per row** (70.4 KB, against 765,670 with γ). **Bytes** per party: 562918·rows/24 for a
 /// number of rows divisible by 24.
 ///
 /// # Errors

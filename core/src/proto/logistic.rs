@@ -23,22 +23,21 @@ const TANH_RECIP_EXTRA: u32 = 12;
 /// Schedule: s = `[x < 0]` (one MSB in Z_2^32, 6 rounds, and B2A, 1), |x| = x − 2·s·x (one
 /// product, 1; no truncation: s is an integer), e = [`neg_exp_with`]`(−2|x|)` with
 /// [`ExpApprox::Minimax`] (11), r = 1/(1 + e) by [`reciprocal_extra`] on
-/// [2^(f−1), 2^(f+2)) with 12 extra bits (9: its two comparisons in Z_2^(f+3) take 3),
+/// [2^(f−1), 2^(f+2)) with 12 extra bits (5: three octaves below 2^21 need no truncated u),
 /// t = trunc((1 − e)·r, f + 12) with the truncation fused into the reshare (2), and the
 /// sign restored by one more exact product, t − 2·s·t (1).
 ///
 /// **Range** (contract): |x| < 4096 (negExp's cut-off comparison sees −2|x|).
 /// **Error** (measured, tests/norm_activations.rs, f = 18, 44,009 points: [−12, 12] by
-/// 1e-3, BERT-pooler-like normal inputs and edges up to ±4095): |y − tanh(x)| ≤ 1.9e-5,
+/// 1e-3, BERT-pooler-like normal inputs and edges up to ±4095): |y − tanh(x)| ≤ 1.2e-5,
 /// from the exponential, the reciprocal and the f-bit output grid (2^−f = 3.8e-6);
 /// tanh(0) = 0 exactly.
 ///
-/// Rounds: 6 + 1 + 1 + 11 + 9 + 2 + 1 = **31**. Bits per element, summed over the
-/// parties, at f = 18: 414 (sign) + 256 (B2A) + 192 (s·x) + 3086 (negExp) + 3390
-/// (reciprocal, of which [`super::lt_thresholds_bits`]`(21, 2)` = 1330 for its
-/// comparisons) + 312 ((1 − e)·r with its truncation by f + 12) + 192 (s·t) =
-/// **7842 bits**; **Bytes**: 7842·n/24 per party = 326¾ per element (exact for n
-/// divisible by 24).
+/// Rounds: 6 + 1 + 1 + 11 + 5 + 2 + 1 = **27**. Bits per element, summed over the
+/// parties, at f = 18: 414 (sign) + 256 (B2A) + 192 (s·x) + 3086 (negExp) + 8122
+/// (reciprocal, [`super::reciprocal_bits`]: three octaves of three sub-segments) + 312
+/// ((1 − e)·r with its truncation by f + 12) + 192 (s·t) = **12,574 bits**; **Bytes**:
+/// 12574·n/24 per party = 523 11/12 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` for a fixed-point format the exponential refuses (f > 27); `Protocol` if a

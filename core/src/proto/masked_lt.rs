@@ -5,8 +5,8 @@
 //!
 //! In a ring of k bits the carry tree of [`super::msb`] takes 1 + ⌈log2(k − 1)⌉ rounds and
 //! about 14k bits; this protocol takes 3 rounds and about 3k·⌈log2 k⌉ bits. It suits
-//! comparisons made once per row (the normalisation by the top bit behind the reciprocal
-//! and the reciprocal square root), where rounds matter and bits do not, and narrow rings
+//! comparisons made once per row (the segments of the reciprocal and the reciprocal square
+//! root), where rounds matter and bits do not, and narrow rings
 //! (the softmax's row maxima on keys cut to 8 fractional bits, in Z_2^23: 387 bits against
 //! the carry tree's 414 in Z_2^32).
 

@@ -18,10 +18,9 @@ mod matmul;
 mod maxpool;
 mod msb;
 mod mul;
-mod recip;
+mod neg_power;
 mod reveal;
 mod rmsnorm;
-mod rsqrt;
 mod sample;
 mod softmax;
 mod trunc;
@@ -48,10 +47,11 @@ pub use maxpool::{
 };
 pub use msb::{lt, lt_public, msb, msb_rounds};
 pub use mul::{mul, mul_fixed, square, square_fixed};
-pub use recip::{reciprocal, reciprocal_extra};
+pub use neg_power::{
+    reciprocal, reciprocal_bits, reciprocal_extra, rsqrt, rsqrt_bits, rsqrt_scaled,
+};
 pub use reveal::{reveal_all, reveal_to};
 pub use rmsnorm::{RmsScaling, rms_norm_rows};
-pub use rsqrt::{rsqrt, rsqrt_scaled};
 pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
 pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,

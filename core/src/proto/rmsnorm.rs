@@ -85,7 +85,7 @@ impl RmsScaling {
 ///    trunc(x·xs, 2f − k − g) at g bits, the truncation fused into the product's reshare
 ///    (2 rounds; a plain product, 1 round, if 2f − k = g), S = row sum + dε (local),
 ///    r = 1/√(mean(x²) + ε) by [`rsqrt_scaled`] with c = d·2^(g−f) at f + 8 fractional
-///    bits (9 rounds, lo = ⌊log2(dε·2^g)⌋, hi = 60). Branch B, concurrently:
+///    bits (6 rounds, lo = ⌊log2(dε·2^g)⌋, hi = 60). Branch B, concurrently:
 ///    xg = trunc(x·γ, f − 4) at f + 4 bits (2 rounds).
 /// 2. y = trunc(xg·r, f + 12) (2 rounds), at f bits.
 ///
@@ -93,21 +93,21 @@ impl RmsScaling {
 /// f = 18); |γ|·√d < 2^14 (the final product xg·r at 2f + 12 bits stays below 2^62);
 /// ε > 0 with d·ε·2^g ≥ 1. **Error** (measured, tests/norm_activations.rs, f = 18, rows of
 /// 576, ε = 1e-5, bound 2^15): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1) elementwise, y_ref the
-/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.0e-5 on LLaMA-like rows with
-/// massive activations up to ±2^15 and on rows without outliers (the output grid 2^−f is
+/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.4e-5 on LLaMA-like rows with
+/// massive activations up to ±2^15, 6.3e-6 on rows without outliers (the output grid 2^−f is
 /// 3.8e-6), 7.7e-4 on rows of tiny values (RMS 1e-3 to 2e-2, the worst at RMS 1e-3, where
 /// ε dominates; each square's scaled factor keeps only f − k = 13 fractional bits).
 ///
-/// Rounds: 1 + 2 + 9 + 2 = **14** for k > 0 (d = 576, bound 2^15: k = 5, g = 21). Bits
+/// Rounds: 1 + 2 + 6 + 2 = **11** for k > 0 (d = 576, bound 2^15: k = 5, g = 21). Bits
 /// per row (summed over the parties): d·(64 + 4k) for xs, d·(192 + 4(2f − k − g)) for the
 /// squares, d·(192 + 4(f − 4)) for xg, d·(192 + 4(f + 12)) for the final product, plus
-/// rsqrt's bits for one row (hi − lo thresholds of one [`super::lt_thresholds`] in
-/// Z_2^62); f = 18, d = 576, ε = 1e-5 (lo = 13, 47 thresholds): 576·(84 + 232 + 248 +
-/// 312) = 504,576 + 76,647 (59,395 of it for the comparisons) = **581,223 bits per row**
-/// (72.7 KB; 691,815 with the truncations separate from the products). **Bytes** per
-/// party: roles rotate over three blocks of rows and of elements, so with the number of
-/// rows divisible by 24 each party sends exactly 581223·rows/24 bytes; a single row sends
-/// (25063, 23148, 24535) bytes.
+/// rsqrt's bits for one row ([`super::rsqrt_bits`]: 2(hi − lo + 1) − 1 thresholds of one
+/// [`super::lt_thresholds`] on keys cut by lo − 9 bits); f = 18, d = 576, ε = 1e-5
+/// (lo = 13, 95 thresholds in Z_2^58): 576·(84 + 232 + 248 + 312) = 504,576 + 155,026
+/// (103,058 of it for the comparisons) = **659,602 bits per row** (82.5 KB). **Bytes**
+/// per party: roles rotate over three blocks of rows and of elements, so with the number
+/// of rows divisible by 24 each party sends exactly 659602·rows/24 bytes; a single row
+/// sends (28789, 26043, 27861) bytes.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0, a bound with no scaling

@@ -369,8 +369,9 @@ pub async fn softmax_rows(
 ///    keys, so z ≤ −2^−12 < 0 and every negExp output is below 1;
 /// 3. e = [`neg_exp_with`]`(z, approx)`;
 /// 4. S = Σ e per row (local), S ∈ [e^−ε, n) for a row of n (e^−ε > 1/2);
-/// 5. r = 1/S by [`reciprocal_extra`] with lo = f − 1, hi = f + ⌈log2 n_max⌉ and 12 extra
-///    output bits, once per row;
+/// 5. r = 1/S by [`reciprocal_extra`] with lo = f − 1, hi = f + ⌈log2 n_max⌉ − 1 (S < n,
+///    every negExp output being below 1) and 12 extra output bits, once per row (6 rounds;
+///    5 for rows of up to 16, where hi ≤ 21);
 /// 6. y = trunc(e·r, f + 12), r broadcast along the row.
 ///
 /// Rows of different lengths are flattened into one vector: every step runs once for all
@@ -406,18 +407,19 @@ pub async fn softmax_rows(
 /// **Rounds** = R_max + R_exp + 9 + 2 with R_max the rounds of the maximum for the longest
 /// row ([`crate::proto::max_rows_with`]'s with the carry tree; with cut keys each level
 /// compares in 3 rounds instead of R_LT(32) = 6), R_exp those of [`ExpApprox::rounds`] and
-/// 9 those of the row reciprocal ([`reciprocal_extra`]): n ≤ 32, Puma t = 5 (or Taylor2
-/// t = 4): 13 + 11 + 9 + 2 = **35** (the baseline plan: 41; docs/PROTOCOLS.md, Baseline
-/// plan); Minimax: 10 + 11 + 9 + 2 = **32**; Puma t = 9 (or Taylor2 t = 8): 43;
-/// n = 1024: 5 tournament levels first, 53 + 11 + 9 + 2 = 75 (Minimax: 35 + 11 + 9 + 2 =
-/// 57).
+/// 6 those of the row reciprocal ([`reciprocal_extra`]): n ≤ 32, Puma t = 5 (or Taylor2
+/// t = 4): 13 + 11 + 6 + 2 = **32** (the baseline plan: 41; docs/PROTOCOLS.md, Baseline
+/// plan); Minimax: 10 + 11 + 6 + 2 = **29**; Puma t = 9 (or Taylor2 t = 8): 40;
+/// n = 1024: 5 tournament levels first, 53 + 11 + 6 + 2 = 72 (Minimax: 35 + 11 + 6 + 2 =
+/// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
 /// bits instead of 414) + n·negExp (Puma t = 5: 2350; Minimax: 3086) + the row's
-/// reciprocal (n ≤ 32: 6034) plus n·(128 + 64 + 4(f + 12)) (final products with their
+/// reciprocal (n ≤ 32: 17091, [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 +
+/// 4(f + 12)) (final products with their
 /// truncations fused into the reshare: 312 per entry); n = 32, Puma t = 5:
-/// 216262 + 75200 + 6034 + 9984 = **307480 bits (38.4 KB) per row**; Minimax:
-/// 202870 + 98752 + 6034 + 9984 = **317640**; pinned in tests/softmax.rs and
+/// 216262 + 75200 + 17091 + 9984 = **318537 bits (39.8 KB) per row**; Minimax:
+/// 202870 + 98752 + 17091 + 9984 = **328697**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs.
 ///
 /// # Errors
@@ -579,11 +581,11 @@ async fn exps_and_sums(
     Ok((e, sums))
 }
 
-/// The reciprocal's range for the sums: e^−ε ≤ S < n, so 2^(f−1) ≤ S·2^f <
-/// 2^(f + ⌈log2 n⌉ + 1) for the longest segment n.
+/// The reciprocal's range for the sums: e^−ε ≤ S < n (every negExp output is below 1), so
+/// 2^(f−1) ≤ S·2^f < 2^(f + ⌈log2 n⌉) for the longest segment n: hi = f + ⌈log2 n⌉ − 1.
 fn sum_range(f: u32, lens: &[usize]) -> (u32, u32) {
     let n_max = lens.iter().copied().max().unwrap_or(1);
-    (f - 1, f + ceil_log2(n_max))
+    (f - 1, (f + ceil_log2(n_max)).saturating_sub(1).max(f - 1))
 }
 
 /// Extra fractional bits of the row reciprocal in [`softmax_matmul_batch`] (f + 8): its
@@ -612,13 +614,13 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// is at least as close to softmax(x)·V as [`softmax_rows_with`] followed by the product;
 /// measured in tests/softmax.rs against f64.
 ///
-/// **Rounds**: those of [`softmax_rows_with`] (32 for rows of up to 32 keys with
-/// [`ExpApprox::Minimax`]): the product with V (2) runs beside the reciprocal (9).
+/// **Rounds**: those of [`softmax_rows_with`] (29 for rows of up to 32 keys with
+/// [`ExpApprox::Minimax`]): the product with V (2) runs beside the reciprocal (6).
 /// **Bits**: [`softmax_rows_with`]'s with the final products on the `rows × dim` outputs
 /// instead of the valid probabilities (128 + 64 + 4(f + 8) = 296 bits per output at
 /// f = 18 instead of 312 per probability) and the reciprocal at 8 extra bits instead of
 /// 12, plus the product with V (264 per output); GPT-2's attention (12 × 32 causal rows
-/// over 32 keys, heads of 64): 163972.5 bits per row, pinned in tests/softmax.rs.
+/// over 32 keys, heads of 64): 175205.5 bits per row, pinned in tests/softmax.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
