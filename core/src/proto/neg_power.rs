@@ -451,13 +451,14 @@ pub async fn reciprocal(ctx: &mut Ctx, x: &Shares, lo: u32, hi: u32) -> Result<S
 /// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 8.
 /// **Error** (measured, tests/max_recip.rs, 10^5 points log-uniform over
 /// x ∈ [2^−10, 2^20] and the powers of two with their neighbours, lo = 8, hi = 38):
-/// relative error ≤ 1.54e-6 from the fit, plus 2^−21 from u's rounding, plus a few units
-/// of the output's last place, which dominate small outputs at `extra` = 0.
+/// relative error **5.4e-6** with `extra` = 20 (1.54e-6 from the fit, plus 2^−21 from u's
+/// rounding, plus a few units of the output's last place); with `extra` = 0, 5.3e-5 where
+/// 1/x ≥ 2^−4, below which the f-bit output grid dominates.
 ///
 /// Rounds: 6 whenever hi > 21 (5 otherwise). **Bits** per element, summed over the
-/// parties (role rotation: a third each): those of the method, with S = 3: lo = 8, hi = 38,
-/// extra = 20: see tests/max_recip.rs; lo = 17, hi = 22, extra = 12 (softmax sums of rows
-/// of 32): likewise pinned there.
+/// parties (role rotation: a third each): [`reciprocal_bits`]; lo = 8, hi = 38,
+/// extra = 20: **118,150** (79,802 for the 92 comparisons); lo = 17, hi = 22, extra = 12
+/// (the softmax's sums of rows of 32): **17,091**. Both pinned in tests/max_recip.rs.
 ///
 /// # Errors
 /// `Misuse` unless 8 ≤ lo ≤ hi ≤ 61, or if 2^(2f + extra − lo) does not fit below 2^60;
@@ -498,12 +499,16 @@ pub async fn rsqrt(
 /// sub-segments per octave.
 ///
 /// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 8.
-/// **Error** (measured, tests/gelu_layernorm.rs): relative error ≤ 2.75e-6 from the fit,
-/// plus 2^−22 from u's rounding, plus a few units of the output's last place, which
-/// dominate small outputs at `extra` = 0.
+/// **Error** (measured, tests/gelu_layernorm.rs, x ∈ [2^−10, 2^20]): relative error
+/// **3.2e-6** with `extra` = 12 (2.75e-6 from the fit, plus 2^−22 from u's rounding, plus
+/// a few units of the output's last place); with `extra` = 0, 4.4e-5 where the output is
+/// ≥ 2^−4, below which the f-bit output grid dominates.
 ///
-/// Rounds: 6 whenever hi > 21 (5 otherwise). **Bits**: those of the method with S = 2,
-/// pinned in tests/gelu_layernorm.rs and tests/cost_report.rs.
+/// Rounds: 6 whenever hi > 21 (5 otherwise). **Bits** per element, summed over the
+/// parties: [`rsqrt_bits`]; lo = 8, hi = 38, extra = 0: **86,466**; LayerNorm's (lo = 18,
+/// hi = 61, extra = 8, c = 768·2^8): 138,230; RMSNorm's (lo = 13, hi = 60, extra = 8,
+/// c = 576·2^3): 155,026. Pinned in tests/gelu_layernorm.rs, tests/norm_activations.rs and
+/// tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` unless 8 ≤ lo ≤ hi ≤ 61 and c ≥ 1, or if the output for X = 2^lo does not fit
