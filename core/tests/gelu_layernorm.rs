@@ -621,7 +621,7 @@ fn empty_inputs_and_misuse() {
             errs.push(proto::rsqrt(&mut ctx, &x, 9, 8, 0).await.is_err());
             errs.push(proto::rsqrt(&mut ctx, &x, 8, 62, 0).await.is_err());
             errs.push(proto::rsqrt(&mut ctx, &x, 8, 38, 40).await.is_err());
-            errs.push(proto::rsqrt(&mut ctx, &x, 7, 38, 0).await.is_err());
+            errs.push(proto::rsqrt(&mut ctx, &x, 1, 38, 0).await.is_err());
             errs.push(
                 proto::rsqrt_scaled(&mut ctx, &x, 8, 38, 0, 0)
                     .await

@@ -24,10 +24,11 @@ use super::{lt_thresholds, reshare_trunc, trunc};
 /// relative; 2^−21 of u moves u^(−a) by at most 2^−21 relative.
 const T_BITS: u32 = 21;
 
-/// Smallest `lo` accepted: the integer thresholds ⌈2^(i/S)·2^j⌉ and the truncated u stray
-/// at most 2^−8 beyond a sub-segment, and the polynomials are fitted on sub-segments
-/// widened by that much.
-pub(crate) const MIN_LO: u32 = 8;
+/// Smallest `lo` accepted: from octave 2 on the integer thresholds ⌈2^(i/S)·2^j⌉ and the
+/// octave bounds are distinct (in octave 1, ⌈2^(2/3)·2⌉ = 4 = 2^2). Uncut, the integer
+/// thresholds put every X in its exact sub-segment; cut keys (lo ≥ 10) blur a bound by at
+/// most 2^−9 relative, inside the fits' widening of 2^−8.
+const MIN_LO: u32 = 2;
 
 /// Largest `hi` accepted: the comparisons run in Z_2^(hi+2) at most.
 const MAX_HI: u32 = 61;
@@ -113,6 +114,33 @@ impl NegPower {
         }
     }
 
+    /// The scales K_lo..=K_hi of the octaves, after checking the parameters (errors name
+    /// the public functions, which are what callers see).
+    fn check(&self, lo: u32, hi: u32) -> Result<Vec<f64>, Error> {
+        if lo < MIN_LO || lo > hi || hi > MAX_HI {
+            return Err(Error::misuse(
+                "reciprocal and rsqrt need 2 <= lo <= hi <= 61 for inputs 2^lo <= X < 2^(hi+1)",
+            ));
+        }
+        if self.c == 0 {
+            return Err(Error::misuse("rsqrt_scaled needs a scale c >= 1"));
+        }
+        let scales = (lo..=hi)
+            .map(|j| self.octave_scale(j))
+            .collect::<Result<Vec<f64>, Error>>()?;
+        // u ≥ 1 − 2^−8 on every widened sub-segment, so u^(−a) < 1.01 and the largest
+        // output is below 1.01·K_lo.
+        if scales
+            .first()
+            .is_none_or(|k| *k * 1.01 >= (1u64 << 60) as f64)
+        {
+            return Err(Error::misuse(
+                "reciprocal or rsqrt output for X = 2^lo does not fit the ring: raise lo or lower extra (or c)",
+            ));
+        }
+        Ok(scales)
+    }
+
     /// K_j = (c·2^(e − j))^a, the output for u = 1 in octave j.
     fn octave_scale(&self, j: u32) -> Result<f64, Error> {
         let shift = self.e - i32::try_from(j).map_err(|_| Error::bug("octave index"))?;
@@ -185,7 +213,7 @@ fn encode_signed(v: f64, e: i32) -> Result<u64, Error> {
 /// [`rsqrt_bits`]).
 ///
 /// # Errors
-/// `Misuse` unless 8 ≤ lo ≤ hi ≤ 61 and c ≥ 1, or if the output for X = 2^lo would not fit
+/// `Misuse` unless 2 ≤ lo ≤ hi ≤ 61 and c ≥ 1, or if the output for X = 2^lo would not fit
 /// below 2^60; `Protocol` if a message is malformed.
 pub(crate) async fn neg_power(
     ctx: &mut Ctx,
@@ -194,29 +222,10 @@ pub(crate) async fn neg_power(
     hi: u32,
     power: NegPower,
 ) -> Result<Shares, Error> {
-    if lo < MIN_LO || lo > hi || hi > MAX_HI {
-        return Err(Error::misuse("negative power needs 8 <= lo <= hi <= 61"));
-    }
-    if power.c == 0 {
-        return Err(Error::misuse("negative power needs c >= 1"));
-    }
+    let scales = power.check(lo, hi)?;
     let coeffs = power.coeffs();
     let subs = coeffs.len();
     let octaves: Vec<u32> = (lo..=hi).collect();
-    let scales = octaves
-        .iter()
-        .map(|&j| power.octave_scale(j))
-        .collect::<Result<Vec<f64>, Error>>()?;
-    // u ≥ 1 − 2^−8 on every widened sub-segment, so u^(−a) < 1.01 and the largest output
-    // is below 1.01·K_lo.
-    if scales
-        .first()
-        .is_none_or(|k| *k * 1.01 >= (1u64 << 60) as f64)
-    {
-        return Err(Error::misuse(
-            "negative power: the output does not fit the ring",
-        ));
-    }
     // The comparisons read X cut by `cut` bits, in a ring as much narrower.
     let cut = lo.saturating_sub(CUT_MARGIN_BITS);
     let thresholds = thresholds(lo, hi, subs, cut)?;
@@ -276,19 +285,16 @@ pub(crate) async fn neg_power(
     if below.len() + 1 != segments {
         return Err(Error::bug("segment count"));
     }
-    let mut selectors = Vec::with_capacity(segments);
-    let zero = Shares::zeros(me, n);
-    for s in 0..segments {
-        let upper = below
-            .get(s)
-            .cloned()
-            .unwrap_or_else(|| zero.add_public_scalar(1));
-        let lower = match s.checked_sub(1).and_then(|p| below.get(p)) {
-            Some(l) => upper.sub(l)?,
-            None => upper,
-        };
-        selectors.push(lower);
-    }
+    let one = Shares::zeros(me, n).add_public_scalar(1);
+    let upper = below.iter().chain(core::iter::once(&one));
+    let lower = core::iter::once(None).chain(below.iter().map(Some));
+    let selectors = upper
+        .zip(lower)
+        .map(|(u, l)| match l {
+            Some(l) => u.sub(l),
+            None => Ok(u.clone()),
+        })
+        .collect::<Result<Vec<Shares>, Error>>()?;
     let sel_refs: Vec<&Shares> = selectors.iter().collect();
     let val_refs: Vec<&Shares> = values.iter().collect();
     let out_of: Vec<usize> = (0..segments).flat_map(|_| 0..n).collect();
@@ -309,7 +315,7 @@ fn thresholds(lo: u32, hi: u32, subs: usize, cut: u32) -> Result<Vec<u64>, Error
     for j in lo - cut..=hi - cut {
         let base = pow2(j).ok_or(Error::bug("octave"))?;
         for i in 1..subs {
-            // 2^(i/S) by its exact cube or square: S is 2 or 3.
+            // 2^(i/S) for the two sub-segment counts in use.
             let ratio = match (subs, i) {
                 (2, _) => core::f64::consts::SQRT_2,
                 (3, 1) => 1.259_921_049_894_873_2,
@@ -369,11 +375,7 @@ fn segment_scale(k: f64) -> i32 {
 
 /// Bits per element of [`neg_power`], summed over the parties (the formula of its doc).
 fn neg_power_bits(lo: u32, hi: u32, power: NegPower) -> Result<u64, Error> {
-    if lo < MIN_LO || lo > hi || hi > MAX_HI || power.c == 0 {
-        return Err(Error::misuse(
-            "negative power needs 8 <= lo <= hi <= 61 and c >= 1",
-        ));
-    }
+    let scales = power.check(lo, hi)?;
     let trunc_bits = |d: u32| 64 + 4 * u64::from(d);
     let subs = power.coeffs().len() as u64;
     let octaves = u64::from(hi - lo + 1);
@@ -385,8 +387,8 @@ fn neg_power_bits(lo: u32, hi: u32, power: NegPower) -> Result<u64, Error> {
         .map(|j| trunc_bits(j - T_BITS))
         .sum::<u64>();
     bits += octaves * (128 + trunc_bits(T_BITS));
-    for j in lo..=hi {
-        let d = segment_scale(power.octave_scale(j)?);
+    for &k in &scales {
+        let d = segment_scale(k);
         let d = u32::try_from(d).map_err(|_| Error::bug("segment scale"))?;
         bits += subs * (128 + trunc_bits(d));
     }
@@ -448,7 +450,7 @@ pub async fn reciprocal(ctx: &mut Ctx, x: &Shares, lo: u32, hi: u32) -> Result<S
 /// f + `extra` fractional bits: the raw 2^(2f + extra)/X by the segment method of the
 /// module (docs/PROTOCOLS.md, Negative powers by segments), three sub-segments per octave.
 ///
-/// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 8.
+/// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 2.
 /// **Error** (measured, tests/max_recip.rs, 10^5 points log-uniform over
 /// x ∈ [2^−10, 2^20] and the powers of two with their neighbours, lo = 8, hi = 38):
 /// relative error **5.4e-6** with `extra` = 20 (1.54e-6 from the fit, plus 2^−21 from u's
@@ -461,7 +463,7 @@ pub async fn reciprocal(ctx: &mut Ctx, x: &Shares, lo: u32, hi: u32) -> Result<S
 /// (the softmax's sums of rows of 32): **17,091**. Both pinned in tests/max_recip.rs.
 ///
 /// # Errors
-/// `Misuse` unless 8 ≤ lo ≤ hi ≤ 61, or if 2^(2f + extra − lo) does not fit below 2^60;
+/// `Misuse` unless 2 ≤ lo ≤ hi ≤ 61, or if 2^(2f + extra − lo) does not fit below 2^60;
 /// `Protocol` if a message is malformed.
 pub async fn reciprocal_extra(
     ctx: &mut Ctx,
@@ -498,7 +500,7 @@ pub async fn rsqrt(
 /// method of the module (docs/PROTOCOLS.md, Negative powers by segments), two
 /// sub-segments per octave.
 ///
-/// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 8.
+/// **Range** (contract): 2^lo ≤ X < 2^(hi+1); lo ≥ 2.
 /// **Error** (measured, tests/gelu_layernorm.rs, 10^5 points of x ∈ [2^−10, 2^20]):
 /// relative error **3.4e-6** with `extra` = 12 (2.75e-6 from the fit, plus 2^−22 from u's
 /// rounding, plus a few units of the output's last place); with `extra` = 0, 4.4e-5 where
@@ -511,7 +513,7 @@ pub async fn rsqrt(
 /// tests/cost_report.rs.
 ///
 /// # Errors
-/// `Misuse` unless 8 ≤ lo ≤ hi ≤ 61 and c ≥ 1, or if the output for X = 2^lo does not fit
+/// `Misuse` unless 2 ≤ lo ≤ hi ≤ 61 and c ≥ 1, or if the output for X = 2^lo does not fit
 /// below 2^60; `Protocol` if a message is malformed.
 pub async fn rsqrt_scaled(
     ctx: &mut Ctx,
