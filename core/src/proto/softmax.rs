@@ -585,7 +585,7 @@ async fn exps_and_sums(
 /// 2^(f−1) ≤ S·2^f < 2^(f + ⌈log2 n⌉) for the longest segment n: hi = f + ⌈log2 n⌉ − 1.
 fn sum_range(f: u32, lens: &[usize]) -> (u32, u32) {
     let n_max = lens.iter().copied().max().unwrap_or(1);
-    (f - 1, (f + ceil_log2(n_max)).saturating_sub(1).max(f - 1))
+    (f - 1, f + ceil_log2(n_max) - 1)
 }
 
 /// Extra fractional bits of the row reciprocal in [`softmax_matmul_batch`] (f + 8): its
