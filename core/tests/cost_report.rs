@@ -129,10 +129,10 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("gelu_with(GeluFit::MINIMAX)", 8, 3834.0),
     ("gelu_precise(GeluForm::Erf)", 10, 2764.0),
     ("gelu_precise(GeluForm::Tanh)", 10, 2764.0),
-    ("gelu_chebyshev(GeluForm::Erf)", 9, 2184.0),
-    ("gelu_chebyshev(GeluForm::Tanh)", 9, 2184.0),
+    ("gelu_chebyshev(GeluForm::Erf)", 10, 1905.0),
+    ("gelu_chebyshev(GeluForm::Tanh)", 10, 1905.0),
     ("silu (piecewise polynomial)", 8, 3028.0),
-    ("silu_chebyshev", 15, 2778.0),
+    ("silu_chebyshev", 15, 2542.0),
     ("tanh", 27, 12574.0),
     // Sampling
     ("sample_rows, T = 0.7, rows of 16", 33, 126829.0),

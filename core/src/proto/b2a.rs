@@ -29,7 +29,7 @@ pub async fn b2a(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
     if b.width() != Width::BIT {
         return Err(Error::misuse("b2a takes single bits"));
     }
-    b2a_with(ctx, b, false).await
+    b2a_with(ctx, b, false, Width::W64).await
 }
 
 /// [`b2a`] in two rounds with 25 % fewer bits: instead of R0's masked t − r, R2 (which has
@@ -45,24 +45,44 @@ pub(crate) async fn b2a_two_rounds(ctx: &mut Ctx, b: &BitShares) -> Result<Share
     if b.width() != Width::BIT {
         return Err(Error::misuse("b2a takes single bits"));
     }
-    b2a_with(ctx, b, true).await
+    b2a_with(ctx, b, true, Width::W64).await
 }
 
-async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool) -> Result<Shares, Error> {
+/// [`b2a`] (or, with `relay`, [`b2a_two_rounds`]) into the narrow ring Z_2^k of `ring`:
+/// every message shrinks to k bits, for a caller that multiplies the bits in that ring
+/// (docs/PROTOCOLS.md, Narrow rings). Exact mod 2^k.
+///
+/// Rounds: 1 (2 with `relay`). Bits per element: 4k in total (3k with `relay`).
+///
+/// # Errors
+/// As [`b2a`].
+pub(crate) async fn b2a_in(
+    ctx: &mut Ctx,
+    b: &BitShares,
+    ring: Width,
+    relay: bool,
+) -> Result<Shares, Error> {
+    if b.width() != Width::BIT {
+        return Err(Error::misuse("b2a takes single bits"));
+    }
+    b2a_with(ctx, b, relay, ring).await
+}
+
+async fn b2a_with(ctx: &mut Ctx, b: &BitShares, relay: bool, ring: Width) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let me = ctx.me();
     let n = b.len();
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
     let mut states = Vec::with_capacity(3);
     for ((s, range), c) in role_blocks(n).into_iter().enumerate().zip(ctxs.iter_mut()) {
-        states.push(send_block(c, b, range, s, relay)?);
+        states.push(send_block(c, b, range, s, relay, ring)?);
     }
     // The blocks finish concurrently: with `relay` a party waiting as R1 for its relayed
     // value must not hold up its own relay as R2 of another block.
     let futs: Vec<_> = ctxs
         .iter_mut()
         .zip(states)
-        .map(|(c, st)| finish_block(c, st, relay))
+        .map(|(c, st)| finish_block(c, st, relay, ring))
         .collect();
     let done = try_join_all(futs).await?;
     let mut a = Vec::with_capacity(n);
@@ -88,11 +108,12 @@ enum Block {
     R2 { beta: Vec<bool>, f0: Vec<u64> },
 }
 
-/// The third component, β + σ·t − F_0 − F_1: R1's part plus g = σ·(t − r) − F_0.
-fn sum_parts(part: &[u64], g: &[u64]) -> Vec<u64> {
+/// The third component, β + σ·t − F_0 − F_1: R1's part plus g = σ·(t − r) − F_0, mod
+/// 2^k (so that its two holders keep the same word).
+fn sum_parts(part: &[u64], g: &[u64], ring: Width) -> Vec<u64> {
     part.iter()
         .zip(g)
-        .map(|(p, g)| p.wrapping_add(*g))
+        .map(|(p, g)| ring.reduce(p.wrapping_add(*g)))
         .collect()
 }
 
@@ -107,6 +128,7 @@ fn send_block(
     range: core::ops::Range<usize>,
     s: usize,
     relay: bool,
+    ring: Width,
 ) -> Result<Block, Error> {
     let me = ctx.me();
     let r0 = PartyId::from_index(s);
@@ -133,9 +155,9 @@ fn send_block(
             let masked: Vec<u64> = (0..n)
                 .map(|k| at(&d, k).wrapping_add(at(kappa, k)))
                 .collect();
-            ctx.send(r1, &masked, Width::W64)?;
+            ctx.send(r1, &masked, ring)?;
         }
-        ctx.send(r2, &d, Width::W64)?;
+        ctx.send(r2, &d, ring)?;
         Ok(Block::R0 {
             f0: out0.to_vec(),
             f1: out1.to_vec(),
@@ -154,7 +176,7 @@ fn send_block(
                     .wrapping_sub(at(out1, k))
             })
             .collect();
-        ctx.send(r2, &part, Width::W64)?;
+        ctx.send(r2, &part, ring)?;
         Ok(Block::R1 {
             beta,
             f1: out1.to_vec(),
@@ -171,7 +193,7 @@ fn send_block(
                 .enumerate()
                 .map(|(k, &be)| signed(be, at(kappa, k)).wrapping_add(at(&f0, k)))
                 .collect();
-            ctx.send(r1, &help, Width::W64)?;
+            ctx.send(r1, &help, ring)?;
         }
         Ok(Block::R2 {
             beta,
@@ -184,6 +206,7 @@ async fn finish_block(
     ctx: &mut Ctx,
     st: Block,
     relay: bool,
+    ring: Width,
 ) -> Result<(Vec<u64>, Vec<u64>), Error> {
     let me = ctx.me();
     match st {
@@ -193,23 +216,23 @@ async fn finish_block(
             let (r2, r0) = (me.next(), me.prev());
             // g = σ·(t − r) − F_0.
             let g: Vec<u64> = if relay {
-                ctx.recv(r2, n, Width::W64).await?
+                ctx.recv(r2, n, ring).await?
             } else {
-                let masked = ctx.recv(r0, n, Width::W64).await?;
-                let help = ctx.recv(r2, n, Width::W64).await?;
+                let masked = ctx.recv(r0, n, ring).await?;
+                let help = ctx.recv(r2, n, ring).await?;
                 beta.iter()
                     .zip(masked.iter().zip(&help))
                     .map(|(&be, (m, h))| signed(be, *m).wrapping_sub(*h))
                     .collect()
             };
-            let third = sum_parts(&part, &g);
+            let third = sum_parts(&part, &g, ring);
             Ok((f1, third))
         }
         Block::R2 { beta, f0 } => {
             let n = beta.len();
             let (r0, r1) = (me.next(), me.prev());
-            let d = ctx.recv(r0, n, Width::W64).await?;
-            let part = ctx.recv(r1, n, Width::W64).await?;
+            let d = ctx.recv(r0, n, ring).await?;
+            let part = ctx.recv(r1, n, ring).await?;
             let g: Vec<u64> = beta
                 .iter()
                 .zip(&d)
@@ -217,9 +240,9 @@ async fn finish_block(
                 .map(|((&be, d), f)| signed(be, *d).wrapping_sub(*f))
                 .collect();
             if relay {
-                ctx.send(r1, &g, Width::W64)?;
+                ctx.send(r1, &g, ring)?;
             }
-            let third = sum_parts(&part, &g);
+            let third = sum_parts(&part, &g, ring);
             Ok((third, f0))
         }
     }

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::Shares;
 
-use super::{b2a, lt_public, mul, reshare, square, trunc};
+use super::{lt_public, mul, reshare, square, trunc};
 
 /// Ring width k' of the comparisons in [`gelu`] and [`silu`]: 32 bits, exact while
 /// |x − c| < 2^(k'−1−f) = 8192 for every breakpoint c (f = 18; docs/PROTOCOLS.md,
@@ -72,18 +72,13 @@ pub(super) fn lincomb(terms: &[(&Shares, u64)], constant: u64) -> Result<Shares,
     Ok(acc.add_public_scalar(constant))
 }
 
-/// Σ_k x_k ⊙ y_k elementwise as one fused sum of products: the local cross terms of all
-/// products are summed before a single [`reshare`] (docs/PROTOCOLS.md, Fused sums of
-/// products).
-///
-/// Rounds: 1. Bytes: 8 per element per party, whatever the number of products.
+/// This party's 3-of-3 part of Σ_k x_k ⊙ y_k: the local cross terms of all products summed,
+/// so that one reshare (or one truncation or lift) finishes them all (docs/PROTOCOLS.md,
+/// Fused sums of products).
 ///
 /// # Errors
-/// `Misuse` if `terms` is empty or the lengths differ; `Protocol` on a malformed message.
-pub(super) async fn fused_products(
-    ctx: &mut Ctx,
-    terms: &[(&Shares, &Shares)],
-) -> Result<Shares, Error> {
+/// `Misuse` if `terms` is empty or the lengths differ.
+fn fused_cross_terms(terms: &[(&Shares, &Shares)]) -> Result<Vec<u64>, Error> {
     let (first, _) = terms
         .first()
         .ok_or(Error::misuse("empty sum of products"))?;
@@ -105,21 +100,23 @@ pub(super) async fn fused_products(
                 .wrapping_add(xb.wrapping_mul(*ya));
         }
     }
-    let mut ctx = ctx.fork();
-    reshare(&mut ctx, z).await
+    Ok(z)
 }
 
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
-/// as one vector per breakpoint: one batched MSB over the concatenation, then one B2A.
+/// as one vector per breakpoint, over Z_2^64 or the narrower `ring`: one batched MSB over
+/// the concatenation, then one B2A into `ring`.
 ///
-/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 256; with
-/// `relay`, R_LT(k') + 2 rounds and 192 bits for the B2A ([`super::b2a::b2a_two_rounds`]).
+/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 4·|ring|
+/// (256 over Z_2^64); with `relay`, R_LT(k') + 2 rounds and 3·|ring| bits for the B2A
+/// ([`super::b2a::b2a_in`]).
 async fn breakpoint_bits(
     ctx: &mut Ctx,
     x: &Shares,
     breakpoints: &[u64],
     width: Width,
     relay: bool,
+    ring: Width,
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
     let n = x.len();
@@ -130,11 +127,7 @@ async fn breakpoint_bits(
         .flat_map(|&c| core::iter::repeat_n(c, n))
         .collect();
     let bits = lt_public(&mut ctx, &all, &consts, width).await?;
-    let a = if relay {
-        super::b2a::b2a_two_rounds(&mut ctx, &bits).await?
-    } else {
-        b2a(&mut ctx, &bits).await?
-    };
+    let a = super::b2a::b2a_in(&mut ctx, &bits, ring, relay).await?;
     (0..breakpoints.len())
         .map(|k| a.slice(k * n..(k + 1) * n))
         .collect()
@@ -143,11 +136,15 @@ async fn breakpoint_bits(
 /// Joins a piecewise function: pieces `p_0, …, p_m` on the intervals cut by the
 /// increasing breakpoints whose bits b_k = `[x < c_k]` are given (so b_0 ≤ … ≤ b_{m−1}):
 /// Σ_k (b_k − b_{k−1})·p_k with b_{−1} = 0 and b_m = 1, one fused sum of products.
-/// A piece `None` is the zero function and costs nothing.
+/// A piece `None` is the zero function and costs nothing. Over Z_2^64 the sum is reshared
+/// (1 round, 192 bits); with a narrower `ring` (bits and pieces read mod 2^k) it is lifted
+/// to Z_2^64 by [`super::reshare_lift`] (2 rounds, 2k + 64 + 4·(64 − k) bits), which needs
+/// the joined value within ±2^(k−2).
 async fn join_pieces(
     ctx: &mut Ctx,
     bits: &[Shares],
     pieces: &[Option<&Shares>],
+    ring: Width,
 ) -> Result<Shares, Error> {
     if pieces.len() != bits.len() + 1 {
         return Err(Error::bug("one piece per interval"));
@@ -173,7 +170,13 @@ async fn join_pieces(
         .zip(pieces)
         .filter_map(|(s, p)| p.map(|p| (s, p)))
         .collect();
-    fused_products(ctx, &terms).await
+    let z = fused_cross_terms(&terms)?;
+    let mut ctx = ctx.fork();
+    if ring == Width::W64 {
+        reshare(&mut ctx, z).await
+    } else {
+        super::reshare_lift(&mut ctx, z, ring).await
+    }
 }
 
 /// A piecewise polynomial for GeLU of PUMA's shape and cost: 0 below `breakpoints[0]`,
@@ -320,7 +323,7 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
     let (k0, k1) = (enc(&fit.f0)?, enc(&fit.f1)?);
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false, Width::W64);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -354,7 +357,13 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
         p.split_at(n)
     };
     let (bits, (p0, p1)) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&p0), Some(&p1), Some(x)]).await
+    join_pieces(
+        &mut ctx,
+        &bits,
+        &[None, Some(&p0), Some(&p1), Some(x)],
+        Width::W64,
+    )
+    .await
 }
 
 /// Which GeLU a model uses: the exact x·Φ(x) (`"gelu"`) or the tanh form of GPT-2
@@ -484,7 +493,7 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
     let shifted = shift_components(x, cut);
-    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true, Width::W64);
     let branch_b = async {
         let c = &mut cbx;
         let n = x.len();
@@ -516,7 +525,7 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
         super::reshare_trunc(c, z, p + q - f).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], Width::W64).await
 }
 
 /// [`gelu_chebyshev`]'s coefficients k_0 … k_7 of E(x) = GeLU(x) − x/2 in the basis
@@ -567,6 +576,11 @@ const CHEB_CMP_FRAC_BITS: u32 = 4;
 /// either breakpoint (−66 or 64 on that grid) must stay in [−2^17, 2^17), i.e.
 /// |x| < 8187.875.
 const CHEB_CMP_RING_BITS: u32 = 18;
+/// Bits above the f fractional bits of [`gelu_chebyshev`]'s join ring Z_2^(f+15): the
+/// bits, the polynomial piece and x are multiplied there and the sum lifted to Z_2^64,
+/// which needs the joined value (x itself above 4, |x| < 8187.875 < 2^13) within
+/// ±2^(f+13).
+const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 
 /// GeLU to 1.3e-4 (`Erf`) or 9e-5 (`Tanh`) for 79 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
@@ -589,11 +603,15 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.125 always
 /// is; x < 4 always takes the polynomial and x ≥ 4.1875 never does, so the polynomial
 /// piece is only taken on [−4.125, 4.1875), where the fit holds. Then one B2A in its
-/// two-round form (2): 8 rounds. Branch B: w = 13·x²/2^7 − 1 (x·(13x) with the truncation
-/// by 25 fused into the reshare, 2), T_2 (2), Q (2), then the products Q·(k_5·w + k_6·T_2 +
-/// k_7·Q) and T_2·(k_4·w) as local cross terms, plus the linear part and x/2, at 2·18 + 20
-/// = 56 fractional bits, reshared and truncated to f bits at once (2): 8 rounds. Join:
-/// (b1 − b0)·P + (1 − b1)·x, one fused sum of products (1).
+/// two-round form into the join ring Z_2^(f+15) (2): 8 rounds. Branch B: w = 13·x²/2^7 − 1
+/// (x·(13x) with the truncation by 25 fused into the reshare, 2), T_2 (2), Q (2), then the
+/// products Q·(k_5·w + k_6·T_2 + k_7·Q) and T_2·(k_4·w) as local cross terms, plus the
+/// linear part and x/2, at 2·18 + 20 = 56 fractional bits, reshared and truncated to f
+/// bits at once, into the join ring (2): 8 rounds. Join: (b1 − b0)·P + (1 − b1)·x, one
+/// fused sum of products in Z_2^(f+15), lifted to Z_2^64 (2; |x| < 2^13 keeps every joined
+/// value within the lift's ±2^(f+13)). The narrow join costs a round and saves 279 bits:
+/// the B2A's words, the final truncation's strings and word all shrink to 33 bits or
+/// fewer, and the lift costs 62 bits more than a reshare.
 ///
 /// **Error** (measured, tests/gelu_layernorm.rs, 140,587 points: [−16, 16] in steps of
 /// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±8187.8): max |err| vs the
@@ -603,11 +621,12 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
-/// Rounds: 9. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18 bits),
-/// 2·192 (B2A), w (192 + 4·25 = 292), T_2 (192 + 4·17 = 260), Q (192 + 4·21 = 276), the
-/// final fused products truncated by 38 (192 + 152 = 344) and the join (192): **2184**
-/// (2764 for [`gelu_precise`]); **Bytes**: 2184·n/24 per party = 91 per element
-/// (exact for n divisible by 24).
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18
+/// bits), 2·99 (B2A into Z_2^33), w (192 + 4·25 = 292), T_2 (192 + 4·17 = 260), Q (192 +
+/// 4·21 = 276), the final fused products truncated by 38 into Z_2^33 (128 + 33 + 4·7 =
+/// 189) and the join's lift (2·33 + 64 + 4·31 = 254): **1905** (2184 with the join over
+/// Z_2^64 in 9 rounds; 2764 for [`gelu_precise`]); **Bytes**: 1905·n/24 per party =
+/// 79.375 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -648,7 +667,10 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
     let shifted = shift_components(x, cut);
-    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true);
+    // The join's narrow ring: |x| < 8187.875 < 2^13 keeps every joined value, x itself
+    // where it is taken, within ±2^(f+13) = ±2^(k−2).
+    let ring = Width::new(f + CHEB_JOIN_HEADROOM_BITS).ok_or(Error::bug("join ring"))?;
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true, ring);
     let branch_b = async {
         let c = &mut cbx;
         // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
@@ -674,10 +696,10 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
         for ((zk, tk), ak) in z.iter_mut().zip(&zt).zip(a_part.a()) {
             *zk = zk.wrapping_add(*tk).wrapping_add(*ak);
         }
-        super::reshare_trunc(c, z, big - f).await
+        super::reshare_trunc_into(c, z, big - f, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)]).await
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring).await
 }
 
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
@@ -737,7 +759,7 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let half = encode_at(0.5, cb)?;
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false);
+    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false, Width::W64);
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -767,7 +789,7 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
         trunc(c, &p, cb).await
     };
     let (bits, p) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&p), Some(x)]).await
+    join_pieces(&mut ctx, &bits, &[None, Some(&p), Some(x)], Width::W64).await
 }
 
 /// [`silu_chebyshev`]'s coefficients of G ≈ g(t) = t·σ(−t) in the shares it forms, in the
@@ -807,8 +829,11 @@ const SILU_RANGE_CUT: u64 = 183;
 /// bits (⌊16x⌋ − e, e ≤ 2) minus 0 or 183 must stay in [−2^16, 2^16), i.e. |x| < 4095.875;
 /// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
 const SILU_CMP_RING_BITS: u32 = 17;
+/// Bits above the f fractional bits of [`silu_chebyshev`]'s join ring Z_2^(f+2), in which
+/// r·G is taken before its lift to Z_2^64: |G| < 0.3 wherever r = 1, within ±2^f.
+const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 2778 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 2542 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -829,8 +854,11 @@ const SILU_CMP_RING_BITS: u32 = 17;
 /// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
 /// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
 /// at 60 fractional bits, reshared and truncated to f bits at once (2): rounds 8 to 13.
-/// Concurrently, r = `[t < 183/16]` on t cut to 4 fractional bits in Z_2^17 (5) and its
-/// B2A in the two-round form (2): rounds 8 to 14. Join: y = ReLU − r·G, one product (1).
+/// G is truncated into the join ring Z_2^(f+2), where its 2^(64−42)-weighted wrap vanishes,
+/// so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut to 4
+/// fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 8 to 13. Join:
+/// y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted to
+/// Z_2^64 (2): rounds 14 and 15.
 /// The range test reads every t < 11.4375 as in range and every t ≥ 11.5625 as out.
 ///
 /// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
@@ -842,11 +870,12 @@ const SILU_CMP_RING_BITS: u32 = 17;
 /// harmlessly, since r is exactly 0 there.
 ///
 /// Rounds: **15**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
-/// Z_2^17), 256 (the sign's B2A) + 192 (the range bit's, two-round), 192 (s·x), v
+/// Z_2^17), 256 (the sign's B2A) + 80 (the range bit's, into Z_2^20), 192 (s·x), v
 /// (192 + 4·23 = 284), {a_3, T_2²} (2·(192 + 4·30) = 624), Q (192 + 4·18 = 264), the final
-/// fused products truncated by 42 (192 + 168 = 360) and the join (192): **2778**
-/// (13,176 for the softmax-based SiLU); **Bytes**: 2778·n/24 per party = 115.75 per
-/// element (exact for n divisible by 24).
+/// fused products truncated by 42 into Z_2^20 (128 + 20 = 148) and the join's lift
+/// (2·20 + 64 + 4·44 = 280): **2542** (2778 with the join over Z_2^64; 13,176 for the
+/// softmax-based SiLU); **Bytes**: 2542·n/24 per party = 105.92 per element (exact for
+/// n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
@@ -897,7 +926,8 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
     let (mut cs, mut cv) = (ctx.fork(), ctx.fork());
     let sign = async {
         let c = &mut cs;
-        let bits = breakpoint_bits(c, &shift_components(x, cut), &[0], width, false).await?;
+        let bits =
+            breakpoint_bits(c, &shift_components(x, cut), &[0], width, false, Width::W64).await?;
         let s = bits.first().ok_or(Error::bug("one sign bit"))?;
         mul(c, s, x).await
     };
@@ -910,7 +940,10 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
 
     let (mut cr, mut cp) = (ctx.fork(), ctx.fork());
     let t_cut = shift_components(&t, cut);
-    let range = breakpoint_bits(&mut cr, &t_cut, &[SILU_RANGE_CUT], width, true);
+    // r·G is taken in a narrow ring and lifted: |G| < 0.3 where r = 1 (g(t) on the fit's
+    // interval), so r·G stays within ±2^f = ±2^(k−2).
+    let ring = Width::new(f + SILU_JOIN_HEADROOM_BITS).ok_or(Error::bug("join ring"))?;
+    let range = breakpoint_bits(&mut cr, &t_cut, &[SILU_RANGE_CUT], width, false, ring);
     let poly = async {
         let c = &mut cp;
         let n = t.len();
@@ -952,10 +985,10 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
         for ((zk, qk), lk) in zs.iter_mut().zip(&zq).zip(lin.a()) {
             *zk = zk.wrapping_add(*qk).wrapping_add(*lk);
         }
-        super::reshare_trunc(c, zs, big - f).await
+        super::reshare_trunc_into(c, zs, big - f, ring).await
     };
     let (bits, g) = try_join(range, poly).await?;
     let r = bits.first().ok_or(Error::bug("one range bit"))?;
-    let rg = mul(&mut ctx, r, &g).await?;
+    let rg = super::reshare_lift(&mut ctx, super::mul::cross_terms(r, &g), ring).await?;
     relu.sub(&rg)
 }

@@ -57,8 +57,8 @@ pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,
     softmax_rows_with,
 };
-use trunc::reshare_trunc;
 pub use trunc::trunc;
+use trunc::{reshare_lift, reshare_trunc, reshare_trunc_into};
 
 use alloc::vec::Vec;
 

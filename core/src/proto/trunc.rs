@@ -8,9 +8,6 @@ use crate::share::Shares;
 
 use super::blocks::role_blocks;
 
-/// 2^(k−2): shifts x ∈ [−2^62, 2^62) into [0, 2^63) so the wrap bit of a + b is known.
-const OFFSET: u64 = 1 << 62;
-
 /// Fixed-point truncation by `d` bits: y ≈ x / 2^d, with no large errors.
 ///
 /// Known-MSB truncation (docs/PROTOCOLS.md, Truncation; after SiRNN). With
@@ -37,11 +34,12 @@ const OFFSET: u64 = 1 << 62;
 /// # Errors
 /// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
 pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
-    let width = Width::new(d)
-        .filter(|_| d <= 62)
-        .ok_or(Error::misuse("truncation bits must be in 1..=62"))?;
+    if !(1..=62).contains(&d) {
+        return Err(Error::misuse("truncation bits must be in 1..=62"));
+    }
+    let plan = Plan::new(Width::W64, Width::W64, d)?;
     let mut ctx = ctx.fork();
-    trunc_two_of_two(&mut ctx, x, width).await
+    trunc_two_of_two(&mut ctx, x, plan).await
 }
 
 /// Reshare and truncate in one: turns a 3-of-3 additive sharing `z` (party i holds z_i, the
@@ -61,10 +59,112 @@ pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
 ///
 /// # Errors
 /// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
-pub(crate) async fn reshare_trunc(ctx: &mut Ctx, mut z: Vec<u64>, d: u32) -> Result<Shares, Error> {
-    let width = Width::new(d)
-        .filter(|_| d <= 62)
-        .ok_or(Error::misuse("truncation bits must be in 1..=62"))?;
+pub(crate) async fn reshare_trunc(ctx: &mut Ctx, z: Vec<u64>, d: u32) -> Result<Shares, Error> {
+    if !(1..=62).contains(&d) {
+        return Err(Error::misuse("truncation bits must be in 1..=62"));
+    }
+    reshare_trunc_rings(ctx, z, Plan::new(Width::W64, Width::W64, d)?).await
+}
+
+/// [`reshare_trunc`] into a narrow ring: replicated shares of ⌊z/2^d⌋ (+1) mod 2^`output`,
+/// for a caller that only reads the result mod 2^`output` (a join in a narrow ring, then
+/// [`reshare_lift`]). The wrap correction 2^(64−d)·w only matters mod 2^`output`, so R1's
+/// and the helpers' strings shrink from d to `output` − 64 + d bits (none at all when that
+/// is not positive), and R1's output word to `output` bits (docs/PROTOCOLS.md, Truncation
+/// into a narrow ring).
+///
+/// **Error bound**: as [`reshare_trunc`], mod 2^`output`.
+///
+/// Rounds: 2. Bits per element, summed over the parties: 128 + k + 4·max(0, k − 64 + d)
+/// with k = `output`.
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
+pub(crate) async fn reshare_trunc_into(
+    ctx: &mut Ctx,
+    z: Vec<u64>,
+    d: u32,
+    output: Width,
+) -> Result<Shares, Error> {
+    if !(1..=62).contains(&d) {
+        return Err(Error::misuse("truncation bits must be in 1..=62"));
+    }
+    reshare_trunc_rings(ctx, z, Plan::new(Width::W64, output, d)?).await
+}
+
+/// Reshare and lift: turns a 3-of-3 additive sharing `z` of a value X of the narrow ring
+/// Z_2^k (k = `input`; the bits of z above k are ignored) into replicated shares of X over
+/// Z_2^64, for −2^(k−2) ≤ X < 2^(k−2) read as a signed k-bit value. The truncation's
+/// protocol with d = 0: the halves are sent in k bits and the wrap 2^k·w of their sum is
+/// removed exactly, with strings of 64 − k bits (docs/PROTOCOLS.md, Lifting out of a
+/// narrow ring).
+///
+/// **Error bound**: exact in that range; outside it the result is some other value.
+///
+/// Rounds: 2. Bits per element, summed over the parties: 2k + 64 + 4·(64 − k).
+///
+/// # Errors
+/// `Misuse` unless 3 ≤ k ≤ 62; `Protocol` if a message is malformed.
+pub(crate) async fn reshare_lift(
+    ctx: &mut Ctx,
+    z: Vec<u64>,
+    input: Width,
+) -> Result<Shares, Error> {
+    if !(3..=62).contains(&input.bits()) {
+        return Err(Error::misuse("a lifted ring must have 3 to 62 bits"));
+    }
+    reshare_trunc_rings(ctx, z, Plan::new(input, Width::W64, 0)?).await
+}
+
+/// The rings and shift of one truncation: the input read mod 2^`input`, the output made
+/// mod 2^`output`, a shift by `d` (0 for a lift).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    input: Width,
+    output: Width,
+    d: u32,
+}
+
+impl Plan {
+    fn new(input: Width, output: Width, d: u32) -> Result<Plan, Error> {
+        if input.bits() < 2 || d > input.bits() - 2 {
+            return Err(Error::misuse("truncation shift too large for its ring"));
+        }
+        Ok(Plan { input, output, d })
+    }
+
+    /// The weight of the wrap bit in the truncated sum: 2^(k − d) for input width k.
+    fn shift(self) -> u32 {
+        self.input.bits() - self.d
+    }
+
+    /// The width of the αβ strings: the wrap's weight mod 2^`output` needs the bits of αβ
+    /// below 2^(output − shift); none when the wrap vanishes mod 2^`output`.
+    fn strings(self) -> Option<Width> {
+        self.output
+            .bits()
+            .checked_sub(self.shift())
+            .and_then(Width::new)
+    }
+
+    /// The offset 2^(k−2) that moves the input into [0, 2^(k−1)).
+    fn offset(self) -> u64 {
+        1u64 << (self.input.bits() - 2)
+    }
+
+    /// The constant of y_0: −⌊offset/2^d⌋, plus 1 for the expected carry of the low bits
+    /// when d > 0 (none is lost when d = 0).
+    fn corr(self) -> u64 {
+        u64::from(self.d > 0).wrapping_sub(self.offset() >> self.d)
+    }
+}
+
+/// `v·2^s` in Z_2^64 (0 once s reaches 64).
+fn shl(v: u64, s: u32) -> u64 {
+    v.checked_shl(s).unwrap_or(0)
+}
+
+async fn reshare_trunc_rings(ctx: &mut Ctx, mut z: Vec<u64>, plan: Plan) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let alpha = ctx.zero_share(z.len());
     for (v, a) in z.iter_mut().zip(&alpha) {
@@ -74,7 +174,8 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, mut z: Vec<u64>, d: u32) -> Res
     let n = z.len();
     let blocks = role_blocks(n);
     let mut xctx = ctx.fork();
-    // Round 1: R0 → R2 its z_s (a), R2 → R1 its z_{s+2} (the other half of b).
+    // Round 1: R0 → R2 its z_s (a), R2 → R1 its z_{s+2} (the other half of b), both read
+    // mod 2^k only.
     for (s, range) in blocks.iter().enumerate() {
         let r0 = PartyId::from_index(s);
         let (r1, r2) = (r0.next(), r0.prev());
@@ -82,9 +183,9 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, mut z: Vec<u64>, d: u32) -> Res
             .get(range.clone())
             .ok_or(Error::bug("block out of range"))?;
         if me == r0 {
-            xctx.send(r2, part, Width::W64)?;
+            xctx.send(r2, part, plan.input)?;
         } else if me == r2 {
-            xctx.send(r1, part, Width::W64)?;
+            xctx.send(r1, part, plan.input)?;
         }
     }
     // The two-of-two view [`send_block`] reads: R0 its a in `a`, R1 its two halves of b
@@ -101,7 +202,7 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, mut z: Vec<u64>, d: u32) -> Res
             None
         };
         if let Some(from) = from {
-            let got = xctx.recv(from, range.len(), Width::W64).await?;
+            let got = xctx.recv(from, range.len(), plan.input).await?;
             other
                 .get_mut(range.clone())
                 .ok_or(Error::bug("block out of range"))?
@@ -109,25 +210,25 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, mut z: Vec<u64>, d: u32) -> Res
         }
     }
     let view = Shares::from_parts(me, z, other);
-    trunc_two_of_two(&mut ctx, &view, width).await
+    trunc_two_of_two(&mut ctx, &view, plan).await
 }
 
 /// The truncation round on a two-of-two view: per role block, R0 reads a from the first
 /// component, R2 from the second, R1 reads b as the sum of both.
-async fn trunc_two_of_two(ctx: &mut Ctx, x: &Shares, width: Width) -> Result<Shares, Error> {
+async fn trunc_two_of_two(ctx: &mut Ctx, x: &Shares, plan: Plan) -> Result<Shares, Error> {
     let n = x.len();
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
     let mut states = Vec::with_capacity(3);
     // Stage 1: every message depends only on local data, so all go out in one round.
     for ((s, range), c) in role_blocks(n).into_iter().enumerate().zip(ctxs.iter_mut()) {
-        states.push(send_block(c, x, range, s, width)?);
+        states.push(send_block(c, x, range, s, plan)?);
     }
     // Stage 2: receive and finish.
     let me = ctx.me();
     let mut a = Vec::with_capacity(n);
     let mut b = Vec::with_capacity(n);
     for (c, st) in ctxs.iter_mut().zip(states) {
-        let (ya, yb) = finish_block(c, st, width).await?;
+        let (ya, yb) = finish_block(c, st, plan).await?;
         a.extend_from_slice(&ya);
         b.extend_from_slice(&yb);
     }
@@ -153,14 +254,15 @@ enum BlockState {
     },
 }
 
-fn msb(v: u64) -> bool {
-    v >> 63 == 1
+/// The top bit of a k-bit value.
+fn msb(v: u64, width: Width) -> bool {
+    (v >> (width.bits() - 1)) & 1 == 1
 }
 
 /// The pair-random words of one block, drawn in the same order at every party: from the
-/// key of R1 and R2, ρ (a 64-bit output pad), ρ_C (the d-bit pad of y_2) and κ (the mask
-/// of R1's string to R0); from the key of R0 and R1, ρ_B (the d-bit pad of y_1) and κ'
-/// (the mask of R1's string to R2).
+/// key of R1 and R2, ρ (the output pad), ρ_C (the string-width pad of y_2) and κ (the mask
+/// of R1's string to R0); from the key of R0 and R1, ρ_B (the string-width pad of y_1) and
+/// κ' (the mask of R1's string to R2).
 struct Pads {
     rho: Vec<u64>,
     rho_c: Vec<u64>,
@@ -188,12 +290,13 @@ impl Pads {
         })
     }
 
-    /// The output component of R1 and R2: y_2 = ρ + 2^(64−d)·ρ_C.
-    fn y2(&self, d: u32) -> Vec<u64> {
+    /// The output component of R1 and R2: y_2 = ρ + 2^(k−d)·ρ_C.
+    fn y2(&self, plan: Plan) -> Vec<u64> {
+        let mask = plan.output.mask();
         self.rho
             .iter()
             .zip(&self.rho_c)
-            .map(|(r, c)| r.wrapping_add(c << (64 - d)))
+            .map(|(r, c)| r.wrapping_add(shl(*c, plan.shift())) & mask)
             .collect()
     }
 }
@@ -203,15 +306,15 @@ fn send_block(
     x: &Shares,
     range: core::ops::Range<usize>,
     s: usize,
-    width: Width,
+    plan: Plan,
 ) -> Result<BlockState, Error> {
     let me = ctx.me();
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
     let (xa, xb) = x.block(range.clone())?;
-    let mask = width.mask();
-    let d = width.bits();
+    let (k, d, shift) = (plan.input, plan.d, plan.shift());
+    let out = plan.output.mask();
     // Correlated draws, in the same order at every party.
     let p = Pads::draw(ctx, r1, r2, n)?;
     let lacks = |v: &[u64]| v.len() != n;
@@ -220,51 +323,67 @@ fn send_block(
         if lacks(&p.rho) || lacks(&p.rho_b) {
             return Err(err());
         }
-        // β − ρ_C + κ to R0, β − ρ_B + κ' to R2, and y_1 to R0.
+        // β − ρ_C + κ to R0, β − ρ_B + κ' to R2 (when the wrap matters mod the output
+        // ring), and y_1 to R0.
         let mut to_r0 = Vec::with_capacity(n);
         let mut to_r2 = Vec::with_capacity(n);
         let mut y1 = Vec::with_capacity(n);
-        for k in 0..n {
-            let at = |v: &[u64]| v.get(k).copied().unwrap_or(0);
-            let b = at(xa).wrapping_add(at(xb));
-            let beta = u64::from(msb(b));
-            to_r0.push(beta.wrapping_sub(at(&p.rho_c)).wrapping_add(at(&p.kappa)) & mask);
-            to_r2.push(beta.wrapping_sub(at(&p.rho_b)).wrapping_add(at(&p.kappa_b)) & mask);
+        for i in 0..n {
+            let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+            let b = at(xa).wrapping_add(at(xb)) & k.mask();
+            let beta = u64::from(msb(b, k));
+            if plan.strings().is_some() {
+                to_r0.push(beta.wrapping_sub(at(&p.rho_c)).wrapping_add(at(&p.kappa)));
+                to_r2.push(beta.wrapping_sub(at(&p.rho_b)).wrapping_add(at(&p.kappa_b)));
+            }
             y1.push(
                 (b >> d)
-                    .wrapping_sub(beta << (64 - d))
-                    .wrapping_add(at(&p.rho_b) << (64 - d))
-                    .wrapping_sub(at(&p.rho)),
+                    .wrapping_sub(shl(beta, shift))
+                    .wrapping_add(shl(at(&p.rho_b), shift))
+                    .wrapping_sub(at(&p.rho))
+                    & out,
             );
         }
-        ctx.send(r0, &to_r0, width)?;
-        ctx.send(r0, &y1, Width::W64)?;
-        ctx.send(r2, &to_r2, width)?;
-        Ok(BlockState::R1 { y1, y2: p.y2(d) })
+        if let Some(sw) = plan.strings() {
+            ctx.send(r0, &to_r0, sw)?;
+        }
+        ctx.send(r0, &y1, plan.output)?;
+        if let Some(sw) = plan.strings() {
+            ctx.send(r2, &to_r2, sw)?;
+        }
+        Ok(BlockState::R1 { y1, y2: p.y2(plan) })
     } else if me == r0 {
-        // R0 holds (c_0, c_1): a = c_0 + 2^62. It tells R2 κ' or −ρ_B, by α.
+        // R0 holds (c_0, c_1): a = c_0 + 2^(k−2). It tells R2 κ' or −ρ_B, by α.
         if lacks(&p.rho_b) {
             return Err(err());
         }
-        let a: Vec<u64> = xa.iter().map(|c| c.wrapping_add(OFFSET)).collect();
-        let alpha: Vec<bool> = a.iter().map(|&a| msb(a)).collect();
-        let helper = helper_strings(&alpha, &p.kappa_b, &p.rho_b, mask);
-        ctx.send(r2, &helper, width)?;
+        let a: Vec<u64> = xa
+            .iter()
+            .map(|c| c.wrapping_add(plan.offset()) & k.mask())
+            .collect();
+        let alpha: Vec<bool> = a.iter().map(|&a| msb(a, k)).collect();
+        if let Some(sw) = plan.strings() {
+            ctx.send(r2, &helper_strings(&alpha, &p.kappa_b, &p.rho_b), sw)?;
+        }
         Ok(BlockState::R0 {
             a,
             alpha,
             pad: p.rho_b,
         })
     } else {
-        // R2 holds (c_2, c_0): a = c_0 + 2^62. It tells R0 κ or −ρ_C, by α.
+        // R2 holds (c_2, c_0): a = c_0 + 2^(k−2). It tells R0 κ or −ρ_C, by α.
         if lacks(&p.rho) {
             return Err(err());
         }
-        let a: Vec<u64> = xb.iter().map(|c| c.wrapping_add(OFFSET)).collect();
-        let alpha: Vec<bool> = a.iter().map(|&a| msb(a)).collect();
-        let helper = helper_strings(&alpha, &p.kappa, &p.rho_c, mask);
-        ctx.send(r0, &helper, width)?;
-        let y2 = p.y2(d);
+        let a: Vec<u64> = xb
+            .iter()
+            .map(|c| c.wrapping_add(plan.offset()) & k.mask())
+            .collect();
+        let alpha: Vec<bool> = a.iter().map(|&a| msb(a, k)).collect();
+        if let Some(sw) = plan.strings() {
+            ctx.send(r0, &helper_strings(&alpha, &p.kappa, &p.rho_c), sw)?;
+        }
+        let y2 = p.y2(plan);
         Ok(BlockState::R2 {
             a,
             alpha,
@@ -276,35 +395,40 @@ fn send_block(
 
 /// The helper's string for each element: the mask κ when α = 1 (the receiver then
 /// unmasks R1's β − pad), the negated pad when α = 0 (αβ = 0 needs no β).
-fn helper_strings(alpha: &[bool], kappa: &[u64], pad: &[u64], mask: u64) -> Vec<u64> {
+fn helper_strings(alpha: &[bool], kappa: &[u64], pad: &[u64]) -> Vec<u64> {
     alpha
         .iter()
         .zip(kappa.iter().zip(pad))
-        .map(|(&al, (&k, &p))| if al { k } else { p.wrapping_neg() & mask })
+        .map(|(&al, (&k, &p))| if al { k } else { p.wrapping_neg() })
         .collect()
 }
 
-/// y_0 = ⌊a/2^d⌋ − 2^(64−d)·(α − αβ + ρ_B + ρ_C) + 1 − 2^(62−d) for each element: from
-/// R1's string m = β − pad' + κ and the helper's h (κ or −pad'), αβ − pad' is m − h when
-/// α = 1 and h when α = 0; `own` is the pad this party knows.
+/// y_0 = ⌊a/2^d⌋ − 2^(k−d)·(α − αβ + ρ_B + ρ_C) − ⌊2^(k−2)/2^d⌋ (+ 1 when d > 0) for each
+/// element: from R1's string m = β − pad' + κ and the helper's h (κ or −pad'), αβ − pad'
+/// is m − h when α = 1 and h when α = 0; `own` is the pad this party knows. Without
+/// strings the wrap vanishes mod the output ring.
 fn output0(
     a: &[u64],
     alpha: &[bool],
-    offered: &[u64],
-    helper: &[u64],
+    strings: Option<(&[u64], &[u64])>,
     own: &[u64],
-    width: Width,
+    plan: Plan,
 ) -> Vec<u64> {
-    let d = width.bits();
-    let mask = width.mask();
-    let corr = 1u64.wrapping_sub(1u64 << (62 - d));
+    let (d, shift, corr, out) = (plan.d, plan.shift(), plan.corr(), plan.output.mask());
     a.iter()
         .zip(alpha)
-        .zip(offered.iter().zip(helper).zip(own))
-        .map(|((&a, &al), ((&m, &h), &own))| {
-            let ab = if al { m.wrapping_sub(h) } else { h };
-            let g = ab.wrapping_sub(own).wrapping_sub(u64::from(al)) & mask;
-            (a >> d).wrapping_add(g << (64 - d)).wrapping_add(corr)
+        .enumerate()
+        .map(|(i, (&a, &al))| {
+            let wrap = match strings {
+                Some((offered, helper)) => {
+                    let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+                    let (m, h) = (at(offered), at(helper));
+                    let ab = if al { m.wrapping_sub(h) } else { h };
+                    shl(ab.wrapping_sub(at(own)).wrapping_sub(u64::from(al)), shift)
+                }
+                None => 0,
+            };
+            (a >> d).wrapping_add(wrap).wrapping_add(corr) & out
         })
         .collect()
 }
@@ -312,7 +436,7 @@ fn output0(
 async fn finish_block(
     ctx: &mut Ctx,
     st: BlockState,
-    width: Width,
+    plan: Plan,
 ) -> Result<(Vec<u64>, Vec<u64>), Error> {
     let me = ctx.me();
     match st {
@@ -320,19 +444,136 @@ async fn finish_block(
         BlockState::R0 { a, alpha, pad } => {
             let n = a.len();
             let (r1, r2) = (me.next(), me.prev());
-            let offered = ctx.recv(r1, n, width).await?;
-            let y1 = ctx.recv(r1, n, Width::W64).await?;
-            let helper = ctx.recv(r2, n, width).await?;
-            let y0 = output0(&a, &alpha, &offered, &helper, &pad, width);
+            let offered = match plan.strings() {
+                Some(sw) => ctx.recv(r1, n, sw).await?,
+                None => Vec::new(),
+            };
+            let y1 = ctx.recv(r1, n, plan.output).await?;
+            let helper = match plan.strings() {
+                Some(sw) => ctx.recv(r2, n, sw).await?,
+                None => Vec::new(),
+            };
+            let strings = plan.strings().map(|_| (&offered[..], &helper[..]));
+            let y0 = output0(&a, &alpha, strings, &pad, plan);
             Ok((y0, y1))
         }
         BlockState::R2 { a, alpha, pad, y2 } => {
             let n = a.len();
             let (r0, r1) = (me.next(), me.prev());
-            let offered = ctx.recv(r1, n, width).await?;
-            let helper = ctx.recv(r0, n, width).await?;
-            let y0 = output0(&a, &alpha, &offered, &helper, &pad, width);
+            let (offered, helper) = match plan.strings() {
+                Some(sw) => (ctx.recv(r1, n, sw).await?, ctx.recv(r0, n, sw).await?),
+                None => (Vec::new(), Vec::new()),
+            };
+            let strings = plan.strings().map(|_| (&offered[..], &helper[..]));
+            let y0 = output0(&a, &alpha, strings, &pad, plan);
             Ok((y2, y0))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::sim::{Sim, reconstruct};
+
+    /// A 3-of-3 sharing of each value: party i's part, with random words (upper bits
+    /// included) in the first two parts, as the local part of a product would have.
+    fn parts(values: &[u64], me: PartyId) -> Vec<u64> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| {
+                let r0 = (k as u64 + 1)
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    .rotate_left(17);
+                let r1 = (k as u64 + 7)
+                    .wrapping_mul(0xbf58_476d_1ce4_e5b9)
+                    .rotate_left(29);
+                match me.index() {
+                    0 => r0,
+                    1 => r1,
+                    _ => v.wrapping_sub(r0).wrapping_sub(r1),
+                }
+            })
+            .collect()
+    }
+
+    /// Runs `f` on the parts of `values` at every party; the opened result and the
+    /// per-party bytes.
+    fn run<F, Fut>(values: Vec<u64>, f: F) -> (Vec<u64>, [u64; 3], u32)
+    where
+        F: Fn(Ctx, Vec<u64>) -> Fut + Clone + Send + 'static,
+        Fut: core::future::Future<Output = Result<Shares, Error>> + Send + 'static,
+    {
+        let out = Sim::new(3).run(move |me| {
+            let (f, z) = (f.clone(), parts(&values, me));
+            move |ctx| f(ctx, z)
+        });
+        let bytes = out.payload_bytes();
+        let rounds = out.rounds();
+        let [a, b, c] = out.into_results().unwrap();
+        (reconstruct(&[a, b, c]).unwrap(), bytes, rounds)
+    }
+
+    /// Signed values at the ends of [−2^(k−2), 2^(k−2)) and in between (7 + n of them).
+    fn edges(k: u32, n: usize) -> Vec<u64> {
+        let top = 1i64 << (k - 2);
+        let mut v: Vec<i64> = alloc::vec![-top, -top + 1, -1, 0, 1, top - 2, top - 1];
+        v.extend((0..n as i64).map(|i| (i * 0x2545_f491_4f6c_dd1d) % top));
+        v.into_iter().map(|x| x as u64).collect()
+    }
+
+    #[test]
+    fn narrow_truncation_is_floor_or_floor_plus_one_in_its_ring() {
+        // d = 38 into 33 bits (7-bit strings) and d = 42 into 21 bits (no strings).
+        for (d, k, string_bits) in [(38u32, 33u32, 7u64), (42, 21, 0)] {
+            let xs = edges(64, 233);
+            let out = Width::new(k).unwrap();
+            let (y, bytes, rounds) = run(xs.clone(), move |mut ctx, z| async move {
+                reshare_trunc_into(&mut ctx, z, d, out).await
+            });
+            assert_eq!(rounds, 2);
+            let n = xs.len() as u64;
+            assert_eq!(
+                bytes.iter().sum::<u64>() * 8,
+                n * (128 + u64::from(k) + 4 * string_bits)
+            );
+            for (&x, &y) in xs.iter().zip(&y) {
+                let floor = ((x as i64) >> d) as u64;
+                let got = out.reduce(y);
+                assert!(
+                    got == out.reduce(floor) || got == out.reduce(floor.wrapping_add(1)),
+                    "d = {d}, k = {k}: {x:#x} ↦ {got:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lift_is_exact_at_the_ends_of_its_range() {
+        for k in [3u32, 21, 33, 62] {
+            let xs = edges(k, 233);
+            let ring = Width::new(k).unwrap();
+            let (y, bytes, rounds) = run(xs.clone(), move |mut ctx, z| async move {
+                reshare_lift(&mut ctx, z, ring).await
+            });
+            assert_eq!(rounds, 2);
+            let n = xs.len() as u64;
+            let bits = 2 * u64::from(k) + 64 + 4 * (64 - u64::from(k));
+            assert_eq!(bytes.iter().sum::<u64>() * 8, n * bits, "k = {k}");
+            assert_eq!(y, xs, "k = {k}");
+        }
+    }
+
+    #[test]
+    fn plans_outside_their_rings_are_refused() {
+        assert!(Plan::new(Width::new(20).unwrap(), Width::W64, 19).is_err());
+        assert!(Plan::new(Width::BIT, Width::W64, 0).is_err());
+        let p = Plan::new(Width::W64, Width::new(33).unwrap(), 38).unwrap();
+        assert_eq!(p.strings(), Width::new(7));
+        let p = Plan::new(Width::W64, Width::new(21).unwrap(), 42).unwrap();
+        assert_eq!(p.strings(), None);
     }
 }

@@ -10,7 +10,7 @@ pub enum GeluApprox {
     /// A piecewise polynomial of PUMA's shape and cost (8 rounds): [`GeluFit::PUMA`] (max
     /// error 0.0199) or [`GeluFit::MINIMAX`] (1.75e-3).
     Piecewise(GeluFit),
-    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (9 rounds, 2184 bits
+    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (10 rounds, 1905 bits
     /// per element, max error ≤ 1.3e-4): needed for logits within 2e-2 of plaintext on
     /// trained checkpoints.
     Precise,
@@ -22,7 +22,7 @@ pub enum SiluApprox {
     /// [`puma_core::proto::silu`]: PUMA-shaped piecewise polynomial (8 rounds), max error
     /// 0.0148 and 0.014 already at x = 0 — too coarse for small activations.
     Piecewise,
-    /// [`puma_core::proto::silu_chebyshev`] (15 rounds, 2778 bits per element, max error
+    /// [`puma_core::proto::silu_chebyshev`] (15 rounds, 2542 bits per element, max error
     /// 1.5e-4, exactly 0 or x beyond |x| = 11.57): needed for logits close to plaintext on
     /// trained checkpoints.
     Precise,
