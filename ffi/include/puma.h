@@ -145,12 +145,12 @@
 #define PUMA_GELU_MINIMAX 1
 
 /**
- * GeLU method: the precise erf form x·Φ(x) (9 rounds, max error ≤ 1.3e-4).
+ * GeLU method: the precise erf form x·Φ(x) (10 rounds, max error ≤ 1.3e-4).
  */
 #define PUMA_GELU_PRECISE_ERF 2
 
 /**
- * GeLU method: the precise tanh form (9 rounds, max error ≤ 1.3e-4).
+ * GeLU method: the precise tanh form (10 rounds, max error ≤ 1.3e-4).
  */
 #define PUMA_GELU_PRECISE_TANH 3
 

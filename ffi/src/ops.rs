@@ -19,9 +19,9 @@ use crate::tensor::{elements, puma_tensor};
 pub const PUMA_GELU_PUMA: u32 = 0;
 /// GeLU method: a minimax refit of PUMA's shape at the same cost (max error 1.75e-3).
 pub const PUMA_GELU_MINIMAX: u32 = 1;
-/// GeLU method: the precise erf form x·Φ(x) (9 rounds, max error ≤ 1.3e-4).
+/// GeLU method: the precise erf form x·Φ(x) (10 rounds, max error ≤ 1.3e-4).
 pub const PUMA_GELU_PRECISE_ERF: u32 = 2;
-/// GeLU method: the precise tanh form (9 rounds, max error ≤ 1.3e-4).
+/// GeLU method: the precise tanh form (10 rounds, max error ≤ 1.3e-4).
 pub const PUMA_GELU_PRECISE_TANH: u32 = 3;
 
 /// The exponential inside softmax: the second-order base with 8 squarings (max error

@@ -70,8 +70,8 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, z: Vec<u64>, d: u32) -> Result<
 /// for a caller that only reads the result mod 2^`output` (a join in a narrow ring, then
 /// [`reshare_lift`]). The wrap correction 2^(64−d)·w only matters mod 2^`output`, so R1's
 /// and the helpers' strings shrink from d to `output` − 64 + d bits (none at all when that
-/// is not positive), and R1's output word to `output` bits (docs/PROTOCOLS.md, Truncation
-/// into a narrow ring).
+/// is not positive), and R1's output word to `output` bits (docs/PROTOCOLS.md, Narrow
+/// truncation and lift).
 ///
 /// **Error bound**: as [`reshare_trunc`], mod 2^`output`.
 ///
@@ -96,8 +96,8 @@ pub(crate) async fn reshare_trunc_into(
 /// Z_2^k (k = `input`; the bits of z above k are ignored) into replicated shares of X over
 /// Z_2^64, for −2^(k−2) ≤ X < 2^(k−2) read as a signed k-bit value. The truncation's
 /// protocol with d = 0: the halves are sent in k bits and the wrap 2^k·w of their sum is
-/// removed exactly, with strings of 64 − k bits (docs/PROTOCOLS.md, Lifting out of a
-/// narrow ring).
+/// removed exactly, with strings of 64 − k bits (docs/PROTOCOLS.md, Narrow truncation
+/// and lift).
 ///
 /// **Error bound**: exact in that range; outside it the result is some other value.
 ///
@@ -521,7 +521,7 @@ mod tests {
     fn edges(k: u32, n: usize) -> Vec<u64> {
         let top = 1i64 << (k - 2);
         let mut v: Vec<i64> = alloc::vec![-top, -top + 1, -1, 0, 1, top - 2, top - 1];
-        v.extend((0..n as i64).map(|i| (i * 0x2545_f491_4f6c_dd1d) % top));
+        v.extend((0..n as i64).map(|i| i.wrapping_mul(0x2545_f491_4f6c_dd1d) % top));
         v.into_iter().map(|x| x as u64).collect()
     }
 
