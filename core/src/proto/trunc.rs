@@ -357,11 +357,7 @@ fn send_block(
         if lacks(&p.rho_b) {
             return Err(err());
         }
-        let a: Vec<u64> = xa
-            .iter()
-            .map(|c| c.wrapping_add(plan.offset()) & k.mask())
-            .collect();
-        let alpha: Vec<bool> = a.iter().map(|&a| msb(a, k)).collect();
+        let (a, alpha) = half_a(xa, plan);
         if let Some(sw) = plan.strings() {
             ctx.send(r2, &helper_strings(&alpha, &p.kappa_b, &p.rho_b), sw)?;
         }
@@ -375,11 +371,7 @@ fn send_block(
         if lacks(&p.rho) {
             return Err(err());
         }
-        let a: Vec<u64> = xb
-            .iter()
-            .map(|c| c.wrapping_add(plan.offset()) & k.mask())
-            .collect();
-        let alpha: Vec<bool> = a.iter().map(|&a| msb(a, k)).collect();
+        let (a, alpha) = half_a(xb, plan);
         if let Some(sw) = plan.strings() {
             ctx.send(r0, &helper_strings(&alpha, &p.kappa, &p.rho_c), sw)?;
         }
@@ -391,6 +383,17 @@ fn send_block(
             y2,
         })
     }
+}
+
+/// R0's and R2's half a = c_0 + 2^(k−2) mod 2^k of each element, and its top bit α.
+fn half_a(c0: &[u64], plan: Plan) -> (Vec<u64>, Vec<bool>) {
+    let k = plan.input;
+    let a: Vec<u64> = c0
+        .iter()
+        .map(|c| c.wrapping_add(plan.offset()) & k.mask())
+        .collect();
+    let alpha = a.iter().map(|&a| msb(a, k)).collect();
+    (a, alpha)
 }
 
 /// The helper's string for each element: the mask κ when α = 1 (the receiver then
