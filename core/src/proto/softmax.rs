@@ -20,6 +20,9 @@ use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 /// |x + 14| < 2^(k'−1−f) = 8192 (f = 18); the softmax functions need |x| < 4096 for every
 /// entry, so that row differences stay below 8192.
 pub const SOFTMAX_RING_BITS: u32 = 32;
+/// Fractional bits of x that [`neg_exp_with`]'s cutoff test keeps: x is cut locally, and
+/// the test runs in Z_2^(32 − (f − 4)) (Z_2^18 at f = 18) over the same range.
+const NEG_EXP_CUT_FRAC_BITS: u32 = 4;
 
 /// Fractional bits inside the squaring chain of [`neg_exp_with`]: values in [0, 1] at 30
 /// bits, so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every
@@ -105,7 +108,10 @@ impl ExpApprox {
 /// x < −14, else the chosen approximation ([`ExpApprox`]), output at f fractional bits.
 ///
 /// Schedule, two concurrent branches:
-/// - (a) b = [x < −14] by one comparison in Z_2^32 ([`SOFTMAX_RING_BITS`]), then B2A:
+/// - (a) b = [x < −14] by one comparison on x cut locally to 4 fractional bits (a sharing
+///   of ⌊16x⌋ − e, e ∈ {0, 1, 2}) in Z_2^(32−f+4) (Z_2^18 at f = 18): x < −14 always
+///   reads as below and x ≥ −14 + 3/16 never does; between them e^x < 1.0e-6 (a quarter
+///   of an output ulp at f = 18) may be zeroed. Then B2A:
 ///   the two-round B2A (R_LT + 2 = 8 rounds, 192 bits) whenever (b) takes at least 8
 ///   rounds, i.e. for every approximation but Puma t = 3, so that (a) stays hidden behind
 ///   (b); for Puma t = 3 (6 rounds in (b)) the one-round B2A (R_LT + 1 = 7 rounds,
@@ -124,8 +130,8 @@ impl ExpApprox {
 ///   (2), then one squaring to f bits (2);
 /// - join: (1 − b)·y, one product (no truncation: 1 − b is an integer).
 ///
-/// **Range** (contract): x ≤ 0 (positive inputs overflow the chain) and |x + 14| < 8192
-/// (the narrow comparison); inputs below −2^(t+1) give garbage in branch (b) that b
+/// **Range** (contract): x ≤ 0 (positive inputs overflow the chain) and
+/// |x + 14| < 8191.8125 (the narrow comparison of the cut x); inputs below −2^(t+1) give garbage in branch (b) that b
 /// zeroes exactly. **Error** (measured, tests/softmax.rs, 2·10^5 points on [−50, 0]):
 /// Puma t = 5: ≤ 8.56e-3, t = 8: ≤ 1.07e-3 — the approximation's own maxima
 /// max |(1 + x/2^t)^(2^t) − e^x| = 8.55e-3 and 1.05e-3 (near x = −2) — and at most 4e-6
@@ -135,17 +141,17 @@ impl ExpApprox {
 ///
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
 /// t = 9: 19), 8 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
-/// Bits per element, summed over the parties, with trunc(d) = 64 + 4d: Puma 414
-/// (comparison) + 192 (two-round B2A; 256 for t = 3) + 128·t (squares, each truncation
+/// Bits per element, summed over the parties, with trunc(d) = 64 + 4d: Puma 218
+/// (comparison in Z_2^18; 414 in Z_2^32 on the uncut x) + 192 (two-round B2A; 256 for t = 3) + 128·t (squares, each truncation
 /// fused into the square's reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) +
-/// trunc(60 − f) + 192 (join); f = 18: t = 5 **2350 bits** (≈ 98 bytes per party and
-/// element with role rotation), t = 8 3310, t = 9 3630. Taylor2 414 + 192 + 128 (x², fused
+/// trunc(60 − f) + 192 (join); f = 18: t = 5 **2154 bits** (≈ 90 bytes per party and
+/// element with role rotation), t = 8 3114, t = 9 3434. Taylor2 218 + 192 + 128 (x², fused
 /// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
-/// t = 4: **2346 bits**, t = 8: 3626;
-/// Minimax 414 + 192 + 5·(192 + 4·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// t = 4: **2150 bits**, t = 8: 3430;
+/// Minimax 218 + 192 + 5·(192 + 4·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
 /// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 4(60 − f) (P², fused) + 192
-/// (join) = **3086 bits** at f = 18 (≈ 129 bytes per party and element with role
-/// rotation; Taylor2 t = 8: 151).
+/// (join) = **2890 bits** at f = 18 (≈ 120 bytes per party and element with role
+/// rotation; Taylor2 t = 8: 143).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -155,14 +161,19 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     let chain = Chain::new(approx, f)?;
-    let width = Width::new(SOFTMAX_RING_BITS).ok_or(Error::bug("softmax ring width"))?;
+    // The cutoff is compared on x cut to 4 fractional bits, in a ring as much narrower as
+    // the cut (the same range): x < −14 is always zeroed, x ≥ −14 + 3/16 never is, and
+    // between them e^x < 1.0e-6, a quarter of an output ulp at f = 18.
+    let cut = f.saturating_sub(NEG_EXP_CUT_FRAC_BITS);
+    let width = Width::new(SOFTMAX_RING_BITS - cut).ok_or(Error::bug("softmax ring width"))?;
     let n = x.len();
-    let cutoff = (14u64 << f).wrapping_neg();
+    let cutoff = (14u64 << (f - cut)).wrapping_neg();
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     let branch_a = async {
-        let below = lt_public(&mut ca, x, &vec![cutoff; n], width).await?;
+        let cut_x = super::gelu::shift_components(x, cut);
+        let below = lt_public(&mut ca, &cut_x, &vec![cutoff; n], width).await?;
         // The cheaper two-round B2A whenever branch (b) is long enough to hide its round.
-        let b = if approx.rounds() > super::msb::msb_rounds(SOFTMAX_RING_BITS) + 2 {
+        let b = if approx.rounds() > super::msb::msb_rounds(width.bits()) + 2 {
             super::b2a::b2a_two_rounds(&mut ca, &below).await?
         } else {
             b2a(&mut ca, &below).await?
@@ -414,12 +425,12 @@ pub async fn softmax_rows(
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
-/// bits instead of 414) + n·negExp (Puma t = 5: 2350; Minimax: 3086) + the row's
+/// bits instead of 414) + n·negExp (Puma t = 5: 2154; Minimax: 2890) + the row's
 /// reciprocal (n ≤ 32: 17091, [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 +
 /// 4(f + 12)) (final products with their
 /// truncations fused into the reshare: 312 per entry); n = 32, Puma t = 5:
-/// 216262 + 75200 + 17091 + 9984 = **318537 bits (39.8 KB) per row**; Minimax:
-/// 202870 + 98752 + 17091 + 9984 = **328697**; pinned in tests/softmax.rs and
+/// 216262 + 68928 + 17091 + 9984 = **312265 bits (39.0 KB) per row**; Minimax:
+/// 202870 + 92480 + 17091 + 9984 = **322425**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs.
 ///
 /// # Errors
