@@ -165,7 +165,10 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
     // the cut (the same range): x < −14 is always zeroed, x ≥ −14 + 3/16 never is, and
     // between them e^x < 1.0e-6, a quarter of an output ulp at f = 18.
     let cut = f.saturating_sub(NEG_EXP_CUT_FRAC_BITS);
-    let width = Width::new(SOFTMAX_RING_BITS - cut).ok_or(Error::bug("softmax ring width"))?;
+    let width = SOFTMAX_RING_BITS
+        .checked_sub(cut)
+        .and_then(Width::new)
+        .ok_or(Error::bug("softmax ring width"))?;
     let n = x.len();
     let cutoff = (14u64 << (f - cut)).wrapping_neg();
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());

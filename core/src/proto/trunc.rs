@@ -34,10 +34,7 @@ use super::blocks::role_blocks;
 /// # Errors
 /// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
 pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
-    if !(1..=62).contains(&d) {
-        return Err(Error::misuse("truncation bits must be in 1..=62"));
-    }
-    let plan = Plan::new(Width::W64, Width::W64, d)?;
+    let plan = Plan::truncation(Width::W64, d)?;
     let mut ctx = ctx.fork();
     trunc_two_of_two(&mut ctx, x, plan).await
 }
@@ -60,10 +57,7 @@ pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
 /// # Errors
 /// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
 pub(crate) async fn reshare_trunc(ctx: &mut Ctx, z: Vec<u64>, d: u32) -> Result<Shares, Error> {
-    if !(1..=62).contains(&d) {
-        return Err(Error::misuse("truncation bits must be in 1..=62"));
-    }
-    reshare_trunc_rings(ctx, z, Plan::new(Width::W64, Width::W64, d)?).await
+    reshare_trunc_rings(ctx, z, Plan::truncation(Width::W64, d)?).await
 }
 
 /// [`reshare_trunc`] into a narrow ring: replicated shares of ⌊z/2^d⌋ (+1) mod 2^`output`,
@@ -86,10 +80,7 @@ pub(crate) async fn reshare_trunc_into(
     d: u32,
     output: Width,
 ) -> Result<Shares, Error> {
-    if !(1..=62).contains(&d) {
-        return Err(Error::misuse("truncation bits must be in 1..=62"));
-    }
-    reshare_trunc_rings(ctx, z, Plan::new(Width::W64, output, d)?).await
+    reshare_trunc_rings(ctx, z, Plan::truncation(output, d)?).await
 }
 
 /// Reshare and lift: turns a 3-of-3 additive sharing `z` of a value X of the narrow ring
@@ -131,6 +122,14 @@ impl Plan {
             return Err(Error::misuse("truncation shift too large for its ring"));
         }
         Ok(Plan { input, output, d })
+    }
+
+    /// A truncation proper: a 64-bit input shifted by 1 ≤ `d` ≤ 62 into `output`.
+    fn truncation(output: Width, d: u32) -> Result<Plan, Error> {
+        if !(1..=62).contains(&d) {
+            return Err(Error::misuse("truncation bits must be in 1..=62"));
+        }
+        Plan::new(Width::W64, output, d)
     }
 
     /// The weight of the wrap bit in the truncated sum: 2^(k − d) for input width k.
