@@ -171,17 +171,24 @@ fn max_is_exact_on_fixed_point_in_a_41_bit_ring() {
         Ok(vec![m, o])
     });
     check_argmax(&vals, rows, cols, &opened[0], &opened[1]);
-    // Input (1) + re-randomisation (1) + all pairs at k = 41: 7 + 5 + 2.
-    assert_eq!(out.rounds(), 2 + 14);
+    // A bulk call (all pairs of 32 would compare 3200·496 pairs, and all pairs of 16 after
+    // one level 3200·136, both over 2^16): input (1) + re-randomisation (1) + two levels
+    // of R_LT + 2 = 9 at k = 41 + all pairs of 8: 7 + 3 + 2.
+    assert_eq!(out.rounds(), 2 + 2 * 9 + 12);
 }
 
 #[test]
 fn max_costs_are_pinned() {
-    // All pairs over rows of 32 in Z_2^32: 13 rounds; 216262 bits per row in total.
+    // All pairs over rows of 32 in Z_2^32: 13 rounds; 216262 bits per row in total. (The
+    // default takes all pairs while the call compares at most 2^16 pairs, 132 rows of 32;
+    // 384 rows are a bulk call, pinned at the end.)
     let w32 = Width::new(32).unwrap();
+    let all = MaxMethod::AllPairs;
     for rows in [1usize, 3, 384] {
         let out = costs(rows * 32, move |mut ctx, x| async move {
-            Ok(vec![proto::max_rows(&mut ctx, &x, rows, 32, w32).await?])
+            Ok(vec![
+                proto::max_rows_with(&mut ctx, &x, rows, 32, w32, all).await?,
+            ])
         });
         assert_eq!(out.rounds(), 13, "rows = {rows}");
         let bytes = out.payload_bytes();
@@ -197,7 +204,9 @@ fn max_costs_are_pinned() {
     // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 216262 bits
     // per row in total, a third per party (9010.92 bytes per row and party).
     let out = costs(384 * 32, move |mut ctx, x| async move {
-        Ok(vec![proto::max_rows(&mut ctx, &x, 384, 32, w32).await?])
+        Ok(vec![
+            proto::max_rows_with(&mut ctx, &x, 384, 32, w32, all).await?,
+        ])
     });
     assert_eq!(out.rounds(), 13);
     assert_eq!(out.payload_bytes(), [3_460_192; 3]);
@@ -210,7 +219,7 @@ fn max_costs_are_pinned() {
     // Argmax of the same rows: no extra round, no extra byte (the one-hot is the B2A'd
     // winner vector of the single level).
     let out = costs(384 * 32, move |mut ctx, x| async move {
-        let (m, o) = proto::argmax_rows(&mut ctx, &x, 384, 32, w32).await?;
+        let (m, o) = proto::argmax_rows_with(&mut ctx, &x, 384, 32, w32, all).await?;
         Ok(vec![m, o])
     });
     assert_eq!(out.rounds(), 13);
@@ -225,6 +234,21 @@ fn max_costs_are_pinned() {
     let total: u64 = out.payload_bytes().iter().sum();
     println!("tournament 32: {:?}", out.payload_bytes());
     assert!(total * 8 >= 862 * 31 * 384 && total * 8 < 862 * 31 * 384 + 8 * 400);
+    // The default over the 384 rows: all pairs would compare 190464 pairs, over the budget
+    // of 2^16, and one level down to 16 compares 384·(16 + 120) = 52224: one level (8
+    // rounds, 16 pairs of 862 bits per row) and all pairs of 16 (6 + 4 + 2 rounds,
+    // 120·414 + 3·15·14 + 15·256 + 192 = 54342 bits per row).
+    let out = costs(384 * 32, move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, 384, 32, w32).await?])
+    });
+    assert_eq!(out.rounds(), 20);
+    let total: u64 = out.payload_bytes().iter().sum();
+    let formula = 384 * (16 * 862 + 54_342);
+    println!("default 384 × 32: {:?}", out.payload_bytes());
+    assert!(
+        total * 8 >= formula && total * 8 < formula + 8 * 400,
+        "{total}"
+    );
 }
 
 #[test]
@@ -455,4 +479,51 @@ fn reciprocal_costs_are_pinned() {
     assert_eq!(proto::reciprocal_bits(18, 17, 22, 12).unwrap(), 17_091);
     assert_eq!(proto::lt_thresholds_bits(16, 17), 9_355);
     assert!(proto::reciprocal_bits(18, 1, 38, 0).is_err());
+}
+
+#[test]
+fn default_max_of_a_bulk_call_halves_its_all_pairs_down_to_eight() {
+    // 3000 rows of 16, Z_2^32 (R_LT = 6): the hybrid's all pairs of 16 compare
+    // 3000·120 = 360000 pairs, and one level down to 8 still 3000·(8 + 28) = 108000, both
+    // over the budget of 2^16: the threshold stops at the floor of 8. Rounds: one level
+    // (R_LT + 2) and all pairs of 8 (R_LT + 3 + 2), 19 instead of the hybrid's 12.
+    let (rows, n) = (3000usize, 16usize);
+    let w32 = Width::new(32).unwrap();
+    let vals: Vec<u64> = (0..(rows * n) as u64)
+        .map(|i| ((pseudo(i, 41) as i64) >> 34) as u64)
+        .collect();
+    let (opened, out) = run_on(16, vals.clone(), move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, rows, n, w32).await?])
+    });
+    let (want, _) = reference(&vals, rows, n);
+    assert_eq!(opened[0], want);
+    assert_eq!(out.rounds(), 2 + 19);
+    // Bytes: 108000 comparisons of 414 bits, 3000·(8·256 + 8·192) for the level's B2A and
+    // sums, 3000·(7·256 + 192 + 3·7·6) for the last level's B2A, sum and AND tree.
+    let all = costs(rows * n, move |mut ctx, x| async move {
+        Ok(vec![proto::max_rows(&mut ctx, &x, rows, n, w32).await?])
+    });
+    let bits = 8 * all.payload_bytes().iter().sum::<u64>();
+    let r = rows as u64;
+    let formula = r * (36 * 414 + 8 * (256 + 192) + 7 * 256 + 192 + 3 * 7 * 6);
+    println!("bulk call: {bits} bits (formula {formula})");
+    assert!(
+        bits >= formula && bits < formula + 8 * 200,
+        "{bits} vs {formula}"
+    );
+    // The hybrid it replaces: all pairs of 16 in 12 rounds, 2.6 times the bits
+    // (120·414 + 3·15·14 + 15·256 + 192 = 54342 per row).
+    let hybrid = costs(rows * n, move |mut ctx, x| async move {
+        let h = MaxMethod::Hybrid { all_pairs_max: 32 };
+        Ok(vec![
+            proto::max_rows_with(&mut ctx, &x, rows, n, w32, h).await?,
+        ])
+    });
+    assert_eq!(hybrid.rounds(), 12);
+    let hybrid_bits = 8 * hybrid.payload_bytes().iter().sum::<u64>();
+    let hybrid_formula = r * 54_342;
+    assert!(
+        hybrid_bits >= hybrid_formula && hybrid_bits < hybrid_formula + 8 * 200,
+        "{hybrid_bits} vs {hybrid_formula}"
+    );
 }

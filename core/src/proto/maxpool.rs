@@ -54,10 +54,21 @@ pub const DEFAULT_ALL_PAIRS_MAX: usize = 32;
 /// **`Budgeted`'s threshold**: with n_max the longest row of the call and L_k the levels
 /// that `Hybrid { all_pairs_max: k }` needs for it, the first L in 0, 1, …, L_k − 1 whose
 /// threshold k_L = ⌈n_max/2^L⌉ keeps the comparisons of the whole call (all rows, each
-/// with the levels it needs to reach k_L) within B; if none does, `Hybrid { all_pairs_max:
-/// k }` itself. So a call never pays more tournament levels than the hybrid, and pays
-/// fewer only for at most B comparisons (B·LT bits); calls whose rows are all ≤ k behave
-/// exactly as the hybrid.
+/// with the levels it needs to reach k_L) within B. If none does, the call is a bulk call
+/// (many long rows: an encoder's attention, a long prompt): its threshold starts at k and
+/// halves (k, k/2, …) while the call stays over B, down to
+/// [`MaxMethod::BULK_ALL_PAIRS_MIN`] = 8 (or k if smaller). So a call pays fewer
+/// tournament levels than the hybrid only for at most B comparisons (B·LT bits), and more
+/// levels only when even the hybrid's comparisons exceed B; calls whose rows are all ≤ 8
+/// behave exactly as the hybrid.
+///
+/// Why the floor is 8: halving the last all-pairs group from 2m to m adds one level
+/// (R_LT + 1 rounds: the level's R_LT + 2 minus one AND round) and saves 1.5·m(m−1)
+/// comparisons per row that reached 2m: 360 for m = 16, 84 for m = 8, only 18 for m = 4,
+/// which pays for its rounds only in calls of thousands of rows. Bert-Base's attention
+/// (1536 rows of 128 per layer, keys cut to 8 fractional bits): 4 levels then all pairs of
+/// 8, 148 comparisons per row instead of the hybrid's 592 (2 levels, all pairs of 32),
+/// for 8 more rounds per softmax (28 instead of 20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaxMethod {
     /// One level of all-pairs comparisons over the whole row: fewest rounds, n(n−1)/2
@@ -73,10 +84,11 @@ pub enum MaxMethod {
         all_pairs_max: usize,
     },
     /// `Hybrid { all_pairs_max }`, except that fewer tournament levels (longer all-pairs
-    /// rows) are used while the call's total comparison count stays within `comparisons`
-    /// (the rule is in the type's documentation).
+    /// rows) are used while the call's total comparison count stays within `comparisons`,
+    /// and more (all-pairs rows down to 8) while even the hybrid's count exceeds it (the
+    /// rule is in the type's documentation).
     Budgeted {
-        /// The longest row reduced by all pairs whatever the comparison count.
+        /// The longest row reduced by all pairs in a call within the budget.
         all_pairs_max: usize,
         /// The comparisons per call that may be spent to save tournament levels.
         comparisons: usize,
@@ -88,7 +100,9 @@ impl Default for MaxMethod {
     /// [`MaxMethod::DEFAULT_COMPARISON_BUDGET`]): all pairs for attention rows of up to 32
     /// keys, and for longer rows while the call compares at most 2^16 pairs (a KV-cached
     /// step: one query row per head); a vocabulary of 50257 logits pays 9 tournament levels, then
-    /// all pairs of 99 (55009 comparisons; `Hybrid { 32 }`: 11 levels, 50532).
+    /// all pairs of 99 (55009 comparisons; `Hybrid { 32 }`: 11 levels, 50532). Calls
+    /// whose hybrid would compare more than 2^16 pairs (Bert-Base's 1536 rows of 128) pay
+    /// tournament levels down to all pairs of at most 16 or 8.
     fn default() -> Self {
         MaxMethod::Budgeted {
             all_pairs_max: DEFAULT_ALL_PAIRS_MAX,
@@ -107,6 +121,10 @@ impl MaxMethod {
     /// instead of one or two tournament levels of R_LT + 2 = 8 rounds each first).
     pub const DEFAULT_COMPARISON_BUDGET: usize = 1 << 16;
 
+    /// The smallest all-pairs threshold of `Budgeted` for a call over its budget (see the
+    /// type's documentation for why 8).
+    pub const BULK_ALL_PAIRS_MIN: usize = 8;
+
     /// The longest row that the final all-pairs level takes directly, for a call over
     /// rows of lengths `lens`.
     fn threshold(self, lens: &[usize]) -> usize {
@@ -120,10 +138,23 @@ impl MaxMethod {
             } => {
                 let k = all_pairs_max.max(2);
                 let n_max = lens.iter().copied().max().unwrap_or(1);
-                (0..tournament_levels(n_max, k))
+                let within =
+                    |t: usize| total_comparisons(lens, t).is_some_and(|c| c <= comparisons);
+                if let Some(t) = (0..tournament_levels(n_max, k))
                     .map(|l| n_max.div_ceil(1usize << l))
-                    .find(|&k_l| total_comparisons(lens, k_l).is_some_and(|c| c <= comparisons))
-                    .unwrap_or(k)
+                    .find(|&t| within(t))
+                {
+                    return t;
+                }
+                // A bulk call (many long rows): over the budget even at k, so each further
+                // halving of the threshold saves 1.5·m(m−1) comparisons per row that
+                // reached 2m, for one more level.
+                let floor = MaxMethod::BULK_ALL_PAIRS_MIN.min(k);
+                let mut t = k;
+                while t > floor && !within(t) {
+                    t = (t / 2).max(floor);
+                }
+                t
             }
         }
     }

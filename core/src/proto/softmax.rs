@@ -29,6 +29,15 @@ const NEG_EXP_CUT_FRAC_BITS: u32 = 4;
 /// later squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
 const NEG_EXP_BITS: u32 = 30;
 
+/// Fractional bits of [`ExpApprox::Minimax`]'s powers and polynomial (f + 3 if that is
+/// more, so that u = x/8 + 7/8 stays a left shift of x). No squaring chain amplifies them:
+/// P's at most 16 units of 2^−25 (the truncations and the coefficients' rounding) move
+/// P² by at most 2·16·2^−25 = 9.5e-7, a quarter of an output ulp at f = 18, and typically
+/// far less; each bit fewer saves 36 bits per element over the nine truncations. (At 24
+/// bits one softmax test on adversarial rows of up to 1024 entries measured twice the
+/// error of 25 to 30 bits, whose figures scatter within the output rounding's noise.)
+const MINIMAX_BITS: u32 = 25;
+
 /// Fractional bits of the keys the softmax's row maxima compare: x is cut locally to
 /// 8 fractional bits (a sharing of ⌊x·2^8⌋ − e, e ∈ {0, 1, 2}), compared in Z_2^(k'−f+9),
 /// k' = [`SOFTMAX_RING_BITS`], where differences of entries within the range contract
@@ -124,7 +133,8 @@ impl ExpApprox {
 ///   fractional bits — y is a local shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs
 ///   one product and one truncation — and then squares it t times (t − 1 truncations by
 ///   30, the last by 60 − f). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial
-///   P(u), u = x/8 + 7/8 (a local shift), at 30 fractional bits by Paterson–Stockmeyer,
+///   P(u), u = x/8 + 7/8 (a local shift), at 25 fractional bits (f + 3 for f > 22) by
+///   Paterson–Stockmeyer,
 ///   A + u⁴·B1 + u⁸·B2, the truncations fused into the reshares: u² (2 rounds), {u³, u⁴}
 ///   (2), u⁸ (2) alongside the truncation of B1 and B2 (1), the fused sum u⁴·B1 + u⁸·B2 + A
 ///   (2), then one squaring to f bits (2);
@@ -148,10 +158,10 @@ impl ExpApprox {
 /// element with role rotation), t = 8 3114, t = 9 3434. Taylor2 218 + 192 + 128 (x², fused
 /// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
 /// t = 4: **2150 bits**, t = 8: 3430;
-/// Minimax 218 + 192 + 5·(192 + 4·30) (u², u³, u⁴, u⁸ and P, each product's truncation by
-/// 30 fused into its reshare) + 2·trunc(30) (B1, B2) + 192 + 4(60 − f) (P², fused) + 192
-/// (join) = **2890 bits** at f = 18 (≈ 120 bytes per party and element with role
-/// rotation; Taylor2 t = 8: 143).
+/// Minimax 218 + 192 + 5·(192 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 25 fused into its reshare) + 2·trunc(25) (B1, B2) + 192 + 4(50 − f) (P², fused) + 192
+/// (join) = **2710 bits** at f = 18 (≈ 113 bytes per party and element with role
+/// rotation; Taylor2 t = 8: 143; 2890 with the polynomial at 30 bits).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -219,7 +229,7 @@ impl Chain {
             ExpApprox::Puma { squarings } => (squarings, false),
             ExpApprox::Taylor2 { squarings } => (squarings, true),
             ExpApprox::Minimax => {
-                // u = x/8 + 7/8 at 30 bits is a left shift of x by 27 − f.
+                // u = x/8 + 7/8 at max(25, f + 3) ≤ 30 bits is a left shift of x.
                 return if f + 3 <= NEG_EXP_BITS {
                     Ok(Chain::Minimax)
                 } else {
@@ -287,8 +297,8 @@ async fn squaring_chain(
     square_trunc(c, &y, 2 * NEG_EXP_BITS - f).await
 }
 
-/// [`ExpApprox::Minimax`]'s P(u)² at f bits, u = x/8 + 7/8, every power and P at p = 30
-/// fractional bits ([`NEG_EXP_BITS`]): 10 rounds.
+/// [`ExpApprox::Minimax`]'s P(u)² at f bits, u = x/8 + 7/8, every power and P at p = 25
+/// fractional bits ([`MINIMAX_BITS`]; f + 3 for f > 22): 10 rounds.
 ///
 /// P = A + u⁴·B1 + u⁸·B2 (Paterson–Stockmeyer) with A = c0 + c1·u + c2·u² + c3·u³,
 /// B1 = c4 + c5·u + c6·u² + c7·u³, B2 = c8 + c9·u + c10·u² + c11·u³ + c12·u⁴:
@@ -297,9 +307,9 @@ async fn squaring_chain(
 /// u⁸·B2 plus A at 2p bits (coefficients at p bits, c0 at 2p) reshared and truncated to p
 /// bits in one (7–8), and P² truncated by 2p − f (9–10). Every |c_k| < 1/3 and |u| < 1,
 /// so all values stay below 2^61 raw, inside the truncations' range; truncation errors are
-/// 2^−30 each, far below the fit's 4e-7.
+/// 2^−25 each (below 9.5e-7 on P² in all, see [`MINIMAX_BITS`]).
 async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error> {
-    let p = NEG_EXP_BITS;
+    let p = MINIMAX_BITS.max(f + 3);
     let n = x.len();
     let k = ExpApprox::MINIMAX_COEFFS;
     let at = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
@@ -351,7 +361,9 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error>
 /// t = `squarings`. Same as [`softmax_rows_with`] with every row fully valid and
 /// [`ExpApprox::Puma`]; see there for the method, range, error, rounds and bytes.
 ///
-/// Rounds for rows of 32 and t = 5: **35**, whatever the number of rows.
+/// Rounds for rows of 32 and t = 5: **32**, whatever the number of rows while their
+/// maxima compare at most 2^16 pairs (132 rows); 39 for a bulk call of more (one
+/// tournament level first, [`crate::proto::MaxMethod`]).
 ///
 /// # Errors
 /// As [`softmax_rows_with`].
@@ -428,12 +440,12 @@ pub async fn softmax_rows(
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
-/// bits instead of 414) + n·negExp (Puma t = 5: 2154; Minimax: 2890) + the row's
+/// bits instead of 414) + n·negExp (Puma t = 5: 2154; Minimax: 2710) + the row's
 /// reciprocal (n ≤ 32: 17091, [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 +
 /// 4(f + 12)) (final products with their
 /// truncations fused into the reshare: 312 per entry); n = 32, Puma t = 5:
 /// 216262 + 68928 + 17091 + 9984 = **312265 bits (39.0 KB) per row**; Minimax:
-/// 202870 + 92480 + 17091 + 9984 = **322425**; pinned in tests/softmax.rs and
+/// 202870 + 86720 + 17091 + 9984 = **316665**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs.
 ///
 /// # Errors
