@@ -33,9 +33,10 @@ const NEG_EXP_BITS: u32 = 30;
 /// more, so that u = x/8 + 7/8 stays a left shift of x). No squaring chain amplifies them:
 /// P's at most 16 units of 2^−25 (the truncations and the coefficients' rounding) move
 /// P² by at most 2·16·2^−25 = 9.5e-7, a quarter of an output ulp at f = 18, and typically
-/// far less; each bit fewer saves 36 bits per element over the nine truncations. (At 24
-/// bits one softmax test on adversarial rows of up to 1024 entries measured twice the
-/// error of 25 to 30 bits, whose figures scatter within the output rounding's noise.)
+/// far less; each bit fewer saves 36 bits per element over the nine truncations. (The
+/// softmax tests cannot rank 24 against 25 bits: their adversarial figure, the stochastic
+/// roundings of up to 1023 exponentials summed, moves between 2e-5 and 8e-5 with the
+/// randomness alone; 25 keeps a quarter-ulp worst case.)
 const MINIMAX_BITS: u32 = 25;
 
 /// Fractional bits of the keys the softmax's row maxima compare: x is cut locally to
