@@ -63,8 +63,26 @@ pub async fn matmul_batch_fixed(
     dims: (usize, usize, usize),
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
+    matmul_batch_trunc(ctx, x, y, batch, dims, f).await
+}
+
+/// [`matmul_batch`] truncated by `d` bits in its reshare, for operands whose fractional
+/// bits add up to f + `d` (the softmax's unnormalised rows at f + 4 bits times V).
+///
+/// Rounds: 2. Bits per output element: 128 + 64 + 4·`d` in total.
+///
+/// # Errors
+/// As [`matmul_batch`], and `Misuse` unless 1 ≤ `d` ≤ 62.
+pub(crate) async fn matmul_batch_trunc(
+    ctx: &mut Ctx,
+    x: &Shares,
+    y: &Shares,
+    batch: usize,
+    dims: (usize, usize, usize),
+    d: u32,
+) -> Result<Shares, Error> {
     let z = batch_terms(ctx, x, y, batch, dims).await?;
-    reshare_trunc(ctx, z, f).await
+    reshare_trunc(ctx, z, d).await
 }
 
 /// A batch of independent matrix products `X_b·Y_b` (b < `batch`), each `m×k` by `k×n`,

@@ -27,8 +27,9 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::{BitShares, Shares};
 
+use super::b2a::b2a_in;
 use super::gelu::shift_components;
-use super::{and, b2a, msb, msb_masked, reshare};
+use super::{and, b2a, msb, msb_masked, reshare, reshare_in, reshare_lift};
 
 /// Rows up to this length use all-pairs comparisons under [`MaxMethod::default`] whatever
 /// the comparison count; longer rows are halved by tournament levels unless the whole
@@ -180,23 +181,18 @@ pub(crate) enum Compare {
     Exact,
     /// Three-round comparisons ([`msb_masked`]) of keys cut locally by `shift` bits (a
     /// sharing of ⌊x/2^shift⌋ − e, e ∈ {0, 1, 2}, valid in rings of at most 64 − `shift`
-    /// bits): at each level a group's winner is within 3·2^`shift` (raw) of its maximum,
-    /// and is selected exactly.
+    /// bits). With one level (and always with the argmax) a group's winner is within
+    /// 3·2^`shift` (raw) of its maximum and is selected exactly. Over several levels the
+    /// keys are cut once and the levels select the keys themselves, in the comparisons'
+    /// narrow ring (a B2A of 4k bits and a reshare of 3k per group instead of 256 and
+    /// 192); the keys left for the last level are lifted to Z_2^64 while it compares them
+    /// (2k + 64 + 4(64 − k) bits each, no round more): the output is the winner's key
+    /// times 2^`shift`, at most the row's maximum and at least 3·2^`shift` below it,
+    /// whatever the number of levels.
     Coarse {
         /// Bits cut from every component.
         shift: u32,
     },
-}
-
-/// The levels that compare in a call over rows of `lens` by `method` (tournament levels
-/// of the longest row, then the all-pairs level): a winner under [`Compare::Coarse`] is
-/// within this many times 3·2^shift of its row's maximum.
-pub(crate) fn comparison_levels(lens: &[usize], method: MaxMethod) -> usize {
-    let n_max = lens.iter().copied().max().unwrap_or(1);
-    if n_max < 2 {
-        return 0;
-    }
-    tournament_levels(n_max, method.threshold(lens)) + 1
 }
 
 /// Tournament levels a row of `n` elements needs before at most `k` remain.
@@ -428,6 +424,17 @@ pub(crate) async fn fused_sums(
     out_of: &[usize],
     n_out: usize,
 ) -> Result<Shares, Error> {
+    let z = fused_parts(x, y, out_of, n_out)?;
+    let mut ctx = ctx.fork();
+    reshare(&mut ctx, z).await
+}
+
+/// This party's 3-of-3 part of [`fused_sums`]' outputs: the local cross terms of the
+/// products of each output, summed (local).
+///
+/// # Errors
+/// As [`fused_sums`].
+fn fused_parts(x: &Shares, y: &Shares, out_of: &[usize], n_out: usize) -> Result<Vec<u64>, Error> {
     if x.len() != y.len() || x.len() != out_of.len() {
         return Err(Error::misuse("fused sum of vectors of different lengths"));
     }
@@ -448,8 +455,7 @@ pub(crate) async fn fused_sums(
             .ok_or(Error::misuse("fused sum output out of range"))?;
         *slot = slot.wrapping_add(t);
     }
-    let mut ctx = ctx.fork();
-    reshare(&mut ctx, z).await
+    Ok(z)
 }
 
 /// Pair index of (i, j), i < j, among the m(m−1)/2 pairs of a group in lexicographic order.
@@ -557,16 +563,22 @@ async fn winners(
 }
 
 /// Phase 2 of a level: the arithmetic winner bits (B2A of all members but the last) and
-/// each group's maximum x_last + Σ w_i·(x_i − x_last) as one fused sum. Returns the
-/// maxima (one per group) and, if `want_w`, the arithmetic winner bit of every element.
-/// Rounds: 2 (none without a group of two). Bits: 256 per B2A'd member, 192 per group.
+/// each group's maximum x_last + Σ w_i·(x_i − x_last) as one fused sum, in `ring` (Z_2^64,
+/// or the narrow ring of cut keys). Returns the maxima (one per group) and, if `want_w`, the
+/// arithmetic winner bit of every element (over Z_2^64 only).
+/// Rounds: 2 (none without a group of two). Bits over Z_2^k: 4k per B2A'd member, 3k per
+/// group (256 and 192 over Z_2^64).
 async fn select_max(
     ctx: &mut Ctx,
     cur: &Shares,
     groups: &[Range<usize>],
     wb: &BitShares,
     want_w: bool,
+    ring: Width,
 ) -> Result<(Shares, Option<Shares>), Error> {
+    if want_w && ring != Width::W64 {
+        return Err(Error::bug("winner bits are only kept over Z_2^64"));
+    }
     let mut ctx = ctx.fork();
     let me = cur.party();
     let mut members = Vec::new();
@@ -589,9 +601,10 @@ async fn select_max(
         let w = want_w.then(|| Shares::from_public(me, &vec![1; cur.len()]));
         return Ok((cur.clone(), w));
     }
-    let w = b2a(&mut ctx, &gather_bits(wb, &members)?).await?;
+    let w = b2a_in(&mut ctx, &gather_bits(wb, &members)?, ring, false).await?;
     let diffs = cur.gather(&members)?.sub(&cur.gather(&lasts_of_members)?)?;
-    let sums = fused_sums(&mut ctx, &w, &diffs, &out_of, multi_lasts.len()).await?;
+    let parts = fused_parts(&w, &diffs, &out_of, multi_lasts.len())?;
+    let sums = reshare_in(&mut ctx.fork(), parts, ring).await?;
     let maxima = sums.add(&cur.gather(&multi_lasts)?)?;
     // One output per group: the fused maximum, or the singleton itself.
     let mut layout = Vec::with_capacity(groups.len());
@@ -712,7 +725,18 @@ pub(crate) async fn max_segments(
     let levels: Vec<usize> = lens.iter().map(|&n| tournament_levels(n, k)).collect();
     let l_max = levels.iter().copied().max().unwrap_or(0);
 
-    let mut cur = x.clone();
+    // Coarse keys over several levels (and no argmax): the tournament levels select the
+    // cut keys themselves in their narrow ring; the keys left for the last level are
+    // lifted to Z_2^64 while that level compares them, and it selects over Z_2^64.
+    let narrow = match compare {
+        Compare::Coarse { shift } if !want_onehot && l_max >= 1 => Some(shift),
+        _ => None,
+    };
+    let (mut cur, level_compare) = match narrow {
+        Some(shift) => (shift_components(x, shift), Compare::Coarse { shift: 0 }),
+        None => (x.clone(), compare),
+    };
+    let mut lifted = false;
     let mut cur_lens = lens.to_vec();
     // Argmax bookkeeping: the element each column lives in, and its path bit.
     let mut col_elem: Vec<usize> = (0..total).collect();
@@ -783,9 +807,29 @@ pub(crate) async fn max_segments(
             continue;
         }
 
-        let wb = winners(&mut ctx, &cur, &groups, width, compare).await?;
+        let (wb, ring) = if narrow.is_some() && last_level {
+            let (mut cw, mut cl) = (ctx.fork(), ctx.fork());
+            let (wb, keys) = try_join(
+                winners(&mut cw, &cur, &groups, width, level_compare),
+                reshare_lift(&mut cl, cur.a().to_vec(), width),
+            )
+            .await?;
+            cur = keys;
+            lifted = true;
+            (wb, Width::W64)
+        } else {
+            let wb = winners(&mut ctx, &cur, &groups, width, level_compare).await?;
+            (wb, if narrow.is_some() { width } else { Width::W64 })
+        };
         let (mut c_sel, mut c_path) = (ctx.fork(), ctx.fork());
-        let sel = select_max(&mut c_sel, &cur, &groups, &wb, last_level && want_onehot);
+        let sel = select_max(
+            &mut c_sel,
+            &cur,
+            &groups,
+            &wb,
+            last_level && want_onehot,
+            ring,
+        );
         // Path bits run beside the B2A and fused sum; after the last level the tracked
         // columns' path bits are B2A'd in the round of the fused sum.
         let path = async {
@@ -824,6 +868,14 @@ pub(crate) async fn max_segments(
     }
     if cur.len() != lens.len() {
         return Err(Error::bug("max did not reduce every row to one element"));
+    }
+    if let Some(shift) = narrow {
+        if !lifted {
+            let mut c = ctx.fork();
+            cur = reshare_lift(&mut c, cur.a().to_vec(), width).await?;
+        }
+        // The winner's key ⌊x_j/2^shift⌋ − e_j, back at x's scale.
+        cur = cur.scale(1u64 << shift);
     }
     Ok((cur, onehot))
 }

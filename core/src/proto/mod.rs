@@ -71,15 +71,25 @@ use crate::share::Shares;
 /// replicated shares: re-mask with a zero sharing, send to `P_{i-1}`, receive from `P_{i+1}`.
 ///
 /// Rounds: 1. Bytes: 8 per element per party.
-pub(crate) async fn reshare(ctx: &mut Ctx, mut z: Vec<u64>) -> Result<Shares, Error> {
+pub(crate) async fn reshare(ctx: &mut Ctx, z: Vec<u64>) -> Result<Shares, Error> {
+    reshare_in(ctx, z, Width::W64).await
+}
+
+/// [`reshare`] in the narrow ring Z_2^k of `ring`: replicated shares of Σ z_i mod 2^k, both
+/// holders of each component keeping it reduced mod 2^k.
+///
+/// Rounds: 1. Bits: k per element per party.
+pub(crate) async fn reshare_in(
+    ctx: &mut Ctx,
+    mut z: Vec<u64>,
+    ring: Width,
+) -> Result<Shares, Error> {
     let alpha = ctx.zero_share(z.len());
     for (v, a) in z.iter_mut().zip(&alpha) {
-        *v = v.wrapping_add(*a);
+        *v = ring.reduce(v.wrapping_add(*a));
     }
     let me = ctx.me();
     let n = z.len();
-    let z_next = ctx
-        .exchange(me.prev(), &z, me.next(), n, Width::W64)
-        .await?;
+    let z_next = ctx.exchange(me.prev(), &z, me.next(), n, ring).await?;
     Ok(Shares::from_parts(me, z, z_next))
 }

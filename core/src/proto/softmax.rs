@@ -11,7 +11,7 @@ use crate::ring::Width;
 use crate::share::Shares;
 
 use super::gelu::{encode_at, lincomb};
-use super::maxpool::{Compare, MaxMethod, comparison_levels, max_segments};
+use super::maxpool::{Compare, MaxMethod, max_segments};
 use super::mul::{cross_terms, mul_trunc, square_trunc};
 use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
 
@@ -47,6 +47,13 @@ const MAX_KEY_FRAC_BITS: u32 = 8;
 
 /// Extra fractional bits of the row reciprocal inside the softmax functions (f + 12).
 const SOFTMAX_RECIP_EXTRA: u32 = 12;
+
+/// Extra fractional bits of the exponentials inside the softmax functions (f + 4): their
+/// row sum adds up one stochastic rounding per entry, and at f bits that noise (σ ≈
+/// √n·2^−f/√12 on a row of n) is the softmax's largest error on long rows of small
+/// entries; 4 more bits divide it by 16 for no bytes (negExp's last truncation is 4 bits
+/// shorter, the product that normalises 4 bits longer).
+const SUM_EXTRA_BITS: u32 = 4;
 
 /// How [`neg_exp_with`] and [`softmax_rows_with`] approximate e^x on [−14, 0].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,9 +176,21 @@ impl ExpApprox {
 /// 16 ≤ f + t ≤ 31 for Puma) and f ≤ 30, or f ≤ 27 (Minimax); `Protocol` if a message is
 /// malformed.
 pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Result<Shares, Error> {
+    neg_exp_at(ctx, x, approx, 0).await
+}
+
+/// [`neg_exp_with`] with its output at f + `extra` fractional bits (the last truncation
+/// `extra` bits shorter: 4·`extra` bits fewer per element).
+async fn neg_exp_at(
+    ctx: &mut Ctx,
+    x: &Shares,
+    approx: ExpApprox,
+    extra: u32,
+) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     let chain = Chain::new(approx, f)?;
+    let out = f + extra;
     // The cutoff is compared on x cut to 4 fractional bits, in a ring as much narrower as
     // the cut (the same range): x < −14 is always zeroed, x ≥ −14 + 3/16 never is, and
     // between them e^x < 1.0e-6, a quarter of an output ulp at f = 18.
@@ -201,8 +220,8 @@ pub async fn neg_exp_with(ctx: &mut Ctx, x: &Shares, approx: ExpApprox) -> Resul
                 taylor,
                 first_shift,
                 y_shift,
-            } => squaring_chain(&mut cb, x, f, t, taylor, first_shift, y_shift).await,
-            Chain::Minimax => minimax_chain(&mut cb, x, f).await,
+            } => squaring_chain(&mut cb, x, (f, out), t, taylor, first_shift, y_shift).await,
+            Chain::Minimax => minimax_chain(&mut cb, x, (f, out)).await,
         }
     };
     let (keep, y) = try_join(branch_a, branch_b).await?;
@@ -273,7 +292,7 @@ impl Chain {
 async fn squaring_chain(
     c: &mut Ctx,
     x: &Shares,
-    f: u32,
+    (f, out): (u32, u32),
     t: u32,
     taylor: bool,
     first_shift: u32,
@@ -295,7 +314,7 @@ async fn squaring_chain(
     for _ in 1..rest {
         y = square_trunc(c, &y, NEG_EXP_BITS).await?;
     }
-    square_trunc(c, &y, 2 * NEG_EXP_BITS - f).await
+    square_trunc(c, &y, 2 * NEG_EXP_BITS - out).await
 }
 
 /// [`ExpApprox::Minimax`]'s P(u)² at f bits, u = x/8 + 7/8, every power and P at p = 25
@@ -309,7 +328,7 @@ async fn squaring_chain(
 /// bits in one (7–8), and P² truncated by 2p − f (9–10). Every |c_k| < 1/3 and |u| < 1,
 /// so all values stay below 2^61 raw, inside the truncations' range; truncation errors are
 /// 2^−25 each (below 9.5e-7 on P² in all, see [`MINIMAX_BITS`]).
-async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error> {
+async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<Shares, Error> {
     let p = MINIMAX_BITS.max(f + 3);
     let n = x.len();
     let k = ExpApprox::MINIMAX_COEFFS;
@@ -355,7 +374,7 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<Shares, Error>
         *zk = zk.wrapping_add(wk).wrapping_add(*ak);
     }
     let poly = reshare_trunc(c, z, p).await?;
-    square_trunc(c, &poly, 2 * p - f).await
+    square_trunc(c, &poly, 2 * p - out).await
 }
 
 /// Softmax of each row of a `rows × cols` row-major matrix with PUMA's negExp,
@@ -387,19 +406,23 @@ pub async fn softmax_rows(
 ///    pairs, e.g. 12 single-query rows of up to 105 keys in a KV-cached step; tournament
 ///    levels first otherwise). With [`ExpApprox::Minimax`] the comparisons take keys cut
 ///    locally to 8 fractional bits (⌊x·2^8⌋ − e, e ∈ {0, 1, 2}) in Z_2^(k'−f+9),
-///    k' = [`SOFTMAX_RING_BITS`], by the three-round [`crate::proto::msb_masked`]; the
-///    selected value is exact, and within 3·2^−8 of the row's maximum per level that
-///    compares (L levels: 1 for rows of up to 32). The other approximations are not
-///    shift-invariant (the result would depend on which value near the maximum is
-///    subtracted), so they compare the exact values by the carry tree in Z_2^32;
-/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), plus L·3·2^−8 with cut
+///    k' = [`SOFTMAX_RING_BITS`], by the three-round [`crate::proto::msb_masked`]. With
+///    one level the selected value is exact; over several levels the keys themselves are
+///    selected in that ring, and those left for the last level are lifted to Z_2^64 while
+///    it compares them. Either
+///    way m is at most the row's maximum and within 3·2^−8 of it. The other
+///    approximations are not shift-invariant (the result would depend on which value near
+///    the maximum is subtracted), so they compare the exact values by the carry tree in
+///    Z_2^32;
+/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), plus 3·2^−8 with cut
 ///    keys, so z ≤ −2^−12 < 0 and every negExp output is below 1;
-/// 3. e = [`neg_exp_with`]`(z, approx)`;
+/// 3. e = e^z by [`neg_exp_with`]'s protocol with its output at f + 4 fractional bits
+///    (the sums below add one stochastic rounding per entry, 16 times smaller so);
 /// 4. S = Σ e per row (local), S ∈ [e^−ε, n) for a row of n (e^−ε > 1/2);
-/// 5. r = 1/S by [`reciprocal_extra`] with lo = f − 1, hi = f + ⌈log2 n_max⌉ − 1 (S < n,
-///    every negExp output being below 1) and 12 extra output bits, once per row (6 rounds;
-///    5 for rows of up to 16, where hi ≤ 21);
-/// 6. y = trunc(e·r, f + 12), r broadcast along the row.
+/// 5. r = 1/S by [`reciprocal_extra`] on S at f + 4 bits, lo = f + 3,
+///    hi = f + 3 + ⌈log2 n_max⌉ (S < n, every negExp output being below 1) and 16 extra
+///    output bits (r at f + 12), once per row (6 rounds; 5 when hi ≤ 21);
+/// 6. y = trunc(e·r, f + 16), r broadcast along the row.
 ///
 /// Rows of different lengths are flattened into one vector: every step runs once for all
 /// rows, so all rows share every round (rounds depend on the longest row only).
@@ -407,8 +430,9 @@ pub async fn softmax_rows(
 /// **Range** (contract): |x| < 4096 for every valid entry ([`SOFTMAX_RING_BITS`]).
 ///
 /// **Error** is that of the exp approximation, propagated through the normalisation; the
-/// protocol adds ≤ 4e-5 (measured against the same approximation evaluated in f64; mostly
-/// the stochastic rounding of negExp's outputs summed over long rows). Measured on rows of
+/// protocol adds ≤ 6e-6 (measured against the same approximation evaluated in f64; 3.8e-5
+/// for Taylor2 t = 4; with the exponentials summed at f bits, 2e-5 to 8e-5 depending on
+/// the random draw, their stochastic roundings adding up over rows of 1024). Measured on rows of
 /// 1…1024 entries uniform in [−50, 50], rows with one dominant entry, rows of equal
 /// entries and tied maxima (tests/softmax.rs, 124121 entries), max |y − softmax(x)|, and
 /// separately on adversarial rows (0, −c, …, −c), c ∈ [1, 10], n up to 1024:
@@ -418,8 +442,8 @@ pub async fn softmax_rows(
 /// | Puma t = 5 | 11 | 2.2e-2 | 0.20 |
 /// | Puma t = 9 | 19 | 1.4e-3 | 1.3e-2 |
 /// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
-/// | Taylor2 t = 8 | 19 | 2.1e-5 | 2.3e-4 |
-/// | Minimax | 11 | 1.7e-5 | 2.9e-5 |
+/// | Taylor2 t = 8 | 19 | 1.5e-5 | 2.5e-4 |
+/// | Minimax | 11 | 5.3e-6 | 3.9e-6 |
 ///
 /// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
 /// below the maximum add up (an f64 evaluation of the approximation alone gives the same
@@ -428,8 +452,8 @@ pub async fn softmax_rows(
 /// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
 /// on every row tested). [`ExpApprox::Minimax`]'s relative error is uniform (8.2e-7 on
 /// [−14, 0]), so its figures are the protocol's rounding (the `protocol` figure of the test,
-/// 2.9e-5, with the maxima compared on cut keys), in 8 negExp rounds fewer than Taylor2
-/// t = 8 and with 15 % fewer bytes.
+/// 5.5e-6, with the maxima compared on cut keys), in 8 negExp rounds fewer than Taylor2
+/// t = 8 and with 21 % fewer bytes.
 ///
 /// **Rounds** = R_max + R_exp + 9 + 2 with R_max the rounds of the maximum for the longest
 /// row ([`crate::proto::max_rows_with`]'s with the carry tree; with cut keys each level
@@ -441,13 +465,16 @@ pub async fn softmax_rows(
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
-/// bits instead of 414) + n·negExp (Puma t = 5: 2154; Minimax: 2710) + the row's
-/// reciprocal (n ≤ 32: 17091, [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 +
-/// 4(f + 12)) (final products with their
-/// truncations fused into the reshare: 312 per entry); n = 32, Puma t = 5:
-/// 216262 + 68928 + 17091 + 9984 = **312265 bits (39.0 KB) per row**; Minimax:
-/// 202870 + 86720 + 17091 + 9984 = **316665**; pinned in tests/softmax.rs and
-/// tests/cost_report.rs.
+/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 2138; Minimax: 2694, 16
+/// below [`neg_exp_with`]'s) + the row's reciprocal (n ≤ 32: 17419,
+/// [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 + 4(f + 16)) (final products with
+/// their truncations fused into the reshare: 328 per entry); n = 32, Puma t = 5:
+/// 216262 + 68416 + 17419 + 10496 = **312593 bits (39.1 KB) per row**; Minimax:
+/// 202870 + 86208 + 17419 + 10496 = **316993**; pinned in tests/softmax.rs and
+/// tests/cost_report.rs. Over several levels of cut keys, each B2A'd member costs
+/// 4·(k' − f + 9) bits instead of 256 and each group's sum 3·(k' − f + 9) instead of
+/// 192 (92 and 69 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
+/// 4(64 − k) bits each (274 at f = 18).
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols`, `valid_len.len() ≠ rows`, some valid length is 0 or
@@ -563,9 +590,11 @@ async fn softmax_segments(
     let f = ctx.fixed().frac_bits();
     let (e, sums) = exps_and_sums(ctx, x, lens, seg_of, approx).await?;
     let (lo, hi) = sum_range(f, lens);
-    let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA).await?;
+    // r = 1/S at f + SOFTMAX_RECIP_EXTRA bits from S at f + SUM_EXTRA_BITS.
+    let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA + SUM_EXTRA_BITS).await?;
     // 6. Broadcast product.
-    mul_trunc(ctx, &e, &r.gather(seg_of)?, f + SOFTMAX_RECIP_EXTRA).await
+    let d = f + SOFTMAX_RECIP_EXTRA + SUM_EXTRA_BITS;
+    mul_trunc(ctx, &e, &r.gather(seg_of)?, d).await
 }
 
 /// Steps 1–4 of the softmax: e^(x − max − ε) per element and the sums S per segment.
@@ -592,27 +621,29 @@ async fn exps_and_sums(
     let width = width.ok_or(Error::bug("softmax ring width"))?;
     let (max, _) = max_segments(ctx, x, lens, width, method, false, compare).await?;
     // 2. z = x − max − ε', ε' = 2^−12 plus what the keys' cut may cost: the selected
-    // maximum is within 3·2^shift (raw) of the row's at each level that compares.
+    // maximum is at most the row's and within 3·2^shift (raw) of it, whatever the levels
+    // (one level selects the exact value, several select and lift the keys).
     let mut eps = if f >= 12 { 1u64 << (f - 12) } else { 1 };
     if let Compare::Coarse { shift } = compare {
-        let levels = comparison_levels(lens, method) as u64;
-        eps += 3 * levels * (1u64 << shift);
+        eps += 3u64 << shift;
     }
     let z = x
         .sub(&max.gather(seg_of)?)?
         .add_public_scalar(eps.wrapping_neg());
-    // 3. negExp.
-    let e = neg_exp_with(ctx, &z, approx).await?;
+    // 3. negExp, at f + SUM_EXTRA_BITS fractional bits.
+    let e = neg_exp_at(ctx, &z, approx, SUM_EXTRA_BITS).await?;
     // 4. Row sums.
     let sums = segment_sums(&e, lens)?;
     Ok((e, sums))
 }
 
-/// The reciprocal's range for the sums: e^−ε ≤ S < n (every negExp output is below 1), so
-/// 2^(f−1) ≤ S·2^f < 2^(f + ⌈log2 n⌉) for the longest segment n: hi = f + ⌈log2 n⌉ − 1.
+/// The reciprocal's range for the sums, held at f + g fractional bits (g =
+/// [`SUM_EXTRA_BITS`]): e^−ε ≤ S < n (every negExp output is below 1), so
+/// 2^(f+g−1) ≤ S·2^(f+g) < 2^(f + g + ⌈log2 n⌉) for the longest segment n.
 fn sum_range(f: u32, lens: &[usize]) -> (u32, u32) {
     let n_max = lens.iter().copied().max().unwrap_or(1);
-    (f - 1, f + ceil_log2(n_max) - 1)
+    let g = SUM_EXTRA_BITS;
+    (f + g - 1, f + g + ceil_log2(n_max) - 1)
 }
 
 /// Extra fractional bits of the row reciprocal in [`softmax_matmul_batch`] (f + 8): its
@@ -626,15 +657,17 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// last two steps with the normalisation deferred past the product with V
 /// (docs/PROTOCOLS.md, Softmax, deferred normalisation).
 ///
-/// Steps 1–4 of [`softmax_rows_with`] give e = e^(x − max − ε) and the row sums S; then,
-/// concurrently, r = 1/S ([`reciprocal_extra`], 8 extra bits) and E·V
-/// ([`crate::proto::matmul_batch_fixed`] on the unnormalised rows, masked entries exactly
-/// 0); last, y = trunc((E·V)·r, f + 8), r broadcast along each output row. The product
+/// Steps 1–4 of [`softmax_rows_with`] give e = e^(x − max − ε) at f + 4 fractional bits
+/// and the row sums S; then, concurrently, r = 1/S ([`reciprocal_extra`], r at f + 8 bits)
+/// and E·V (the unnormalised rows times V, masked entries exactly 0, truncated by f + 4
+/// back to f bits); last, y = trunc((E·V)·r, f + 8), r broadcast along each output row.
+/// The product
 /// with V hides behind the reciprocal, so the pair costs the softmax's rounds alone: 2
 /// rounds fewer than [`softmax_rows_with`] followed by the product.
 ///
 /// **Range** (contract): as [`softmax_rows_with`] for x, and for V: every |v| < 2^(62 −
-/// 2f − 8) (2^18 at f = 18) and keys·max|v| < 2^(62 − 2f) (E·V before its truncation).
+/// 2f − 8) (2^18 at f = 18) and keys·max|v| < 2^(58 − 2f) (E·V at 2f + 4 bits before its
+/// truncation; 2^22 at f = 18, e.g. |v| < 4096 over 1024 keys).
 ///
 /// **Error**: e's rounding is not amplified by r before the product (each output carries
 /// E·V's truncation times r ≤ 1, and r's relative error, below n·2^−(f+8)), so the result
@@ -645,9 +678,10 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// [`ExpApprox::Minimax`]): the product with V (2) runs beside the reciprocal (6).
 /// **Bits**: [`softmax_rows_with`]'s with the final products on the `rows × dim` outputs
 /// instead of the valid probabilities (128 + 64 + 4(f + 8) = 296 bits per output at
-/// f = 18 instead of 312 per probability) and the reciprocal at 8 extra bits instead of
-/// 12, plus the product with V (264 per output); GPT-2's attention (12 × 32 causal rows
-/// over 32 keys, heads of 64): 175205.5 bits per row, pinned in tests/softmax.rs.
+/// f = 18 instead of 328 per probability) and the reciprocal at 12 extra bits (r at
+/// f + 8 from S at f + 4) instead of 16, plus the product with V (128 + 64 + 4(f + 4) =
+/// 280 per output); GPT-2's attention (12 × 32 causal rows over 32 keys, heads of 64):
+/// 170089.5 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
@@ -684,9 +718,11 @@ pub async fn softmax_matmul_batch(
     let e_rows = valid.scatter(&e)?;
     let (lo, hi) = sum_range(f, valid_len);
     let (mut cr, mut cm) = (ctx.fork(), ctx.fork());
+    // r = 1/S at f + 8 bits from S at f + g; E·V back to f bits (E at f + g).
+    let g = SUM_EXTRA_BITS;
     let (r, ev) = try_join(
-        reciprocal_extra(&mut cr, &sums, lo, hi, DEFERRED_RECIP_EXTRA),
-        super::matmul_batch_fixed(&mut cm, &e_rows, v, batches, (rows, keys, dim)),
+        reciprocal_extra(&mut cr, &sums, lo, hi, DEFERRED_RECIP_EXTRA + g),
+        super::matmul::matmul_batch_trunc(&mut cm, &e_rows, v, batches, (rows, keys, dim), f + g),
     )
     .await?;
     let row_of: Vec<usize> = (0..all_rows)
