@@ -29,7 +29,7 @@ use crate::share::{BitShares, Shares};
 
 use super::b2a::b2a_in;
 use super::gelu::shift_components;
-use super::{and, b2a, msb, msb_masked, reshare, reshare_in, reshare_lift};
+use super::{and, b2a, msb, msb_masked, reshare_in, reshare_lift};
 
 /// Rows up to this length use all-pairs comparisons under [`MaxMethod::default`] whatever
 /// the comparison count; longer rows are halved by tournament levels unless the whole
@@ -424,17 +424,21 @@ pub(crate) async fn fused_sums(
     out_of: &[usize],
     n_out: usize,
 ) -> Result<Shares, Error> {
-    let z = fused_parts(x, y, out_of, n_out)?;
-    let mut ctx = ctx.fork();
-    reshare(&mut ctx, z).await
+    fused_sums_in(ctx, x, y, out_of, n_out, Width::W64).await
 }
 
-/// This party's 3-of-3 part of [`fused_sums`]' outputs: the local cross terms of the
-/// products of each output, summed (local).
+/// [`fused_sums`] in the ring Z_2^k of `ring` (mod 2^k; k bits per output per party).
 ///
 /// # Errors
 /// As [`fused_sums`].
-fn fused_parts(x: &Shares, y: &Shares, out_of: &[usize], n_out: usize) -> Result<Vec<u64>, Error> {
+async fn fused_sums_in(
+    ctx: &mut Ctx,
+    x: &Shares,
+    y: &Shares,
+    out_of: &[usize],
+    n_out: usize,
+    ring: Width,
+) -> Result<Shares, Error> {
     if x.len() != y.len() || x.len() != out_of.len() {
         return Err(Error::misuse("fused sum of vectors of different lengths"));
     }
@@ -455,7 +459,8 @@ fn fused_parts(x: &Shares, y: &Shares, out_of: &[usize], n_out: usize) -> Result
             .ok_or(Error::misuse("fused sum output out of range"))?;
         *slot = slot.wrapping_add(t);
     }
-    Ok(z)
+    let mut ctx = ctx.fork();
+    reshare_in(&mut ctx, z, ring).await
 }
 
 /// Pair index of (i, j), i < j, among the m(m−1)/2 pairs of a group in lexicographic order.
@@ -603,8 +608,7 @@ async fn select_max(
     }
     let w = b2a_in(&mut ctx, &gather_bits(wb, &members)?, ring, false).await?;
     let diffs = cur.gather(&members)?.sub(&cur.gather(&lasts_of_members)?)?;
-    let parts = fused_parts(&w, &diffs, &out_of, multi_lasts.len())?;
-    let sums = reshare_in(&mut ctx.fork(), parts, ring).await?;
+    let sums = fused_sums_in(&mut ctx, &w, &diffs, &out_of, multi_lasts.len(), ring).await?;
     let maxima = sums.add(&cur.gather(&multi_lasts)?)?;
     // One output per group: the fused maximum, or the singleton itself.
     let mut layout = Vec::with_capacity(groups.len());
