@@ -48,7 +48,9 @@ static void run(puma_session *s[3], uint8_t *buf, size_t buf_len, puma_event_kin
   while (!(done[0] && done[1] && done[2])) {
     int progress = 0;
     for (uint32_t i = 0; i < 3; i++) {
-      while (!done[i]) {
+      /* A party that is done is still polled: its peers may need the frames that end
+         its last epoch. */
+      for (;;) {
         puma_event ev;
         CHECK(puma_session_poll(s[i], buf, buf_len, &ev));
         if (ev.kind == PUMA_EVENT_TRANSMIT) {
@@ -57,8 +59,9 @@ static void run(puma_session *s[3], uint8_t *buf, size_t buf_len, puma_event_kin
         } else if (ev.kind == PUMA_EVENT_PENDING) {
           break;
         } else if (ev.kind == until) {
+          if (!done[i]) progress = 1;
           done[i] = 1;
-          progress = 1;
+          break;
         }
       }
     }

@@ -74,7 +74,9 @@ def run_operation(lib, sessions, buf):
     while not all(done):
         progress = False
         for i, s in enumerate(sessions):
-            while not done[i]:
+            # A party that is done is still polled: its peers may need the frames that
+            # end its last epoch.
+            while True:
                 check(lib, lib.puma_session_poll(s, buf, len(buf), C.byref(ev)), f"P{i} poll")
                 if ev.kind == PUMA_EVENT_TRANSMIT:
                     st = lib.puma_session_handle_frame(sessions[ev.peer], i, buf, ev.frame_len)
@@ -85,8 +87,9 @@ def run_operation(lib, sessions, buf):
                 elif ev.kind == PUMA_EVENT_PENDING:
                     break
                 else:
+                    progress = progress or not done[i]
                     done[i] = True
-                    progress = True
+                    break
         if not progress:
             raise PumaError("no party can make progress")
 

@@ -650,7 +650,7 @@ enum puma_status puma_model_eos_ids(const struct puma_model *model,
  * (whose metadata is read). Result: a
  * model (`puma_session_take_model`), usable in this session only.
  *
- * Cost: rounds of the chunked share (one per 2^22 parameters, at least one; an encoder
+ * Cost: rounds of the chunked share (one per 2^20 parameters, at least one; an encoder
  * one more to announce its heads); 8 bytes per parameter from the owner.
  *
  * Ownership: `path` is only read during the call (the files are loaded at once).

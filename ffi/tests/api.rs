@@ -65,7 +65,9 @@ impl Parties {
     }
 
     /// Drives the parties in `which` until each has finished its operation; returns
-    /// each one's final status.
+    /// each one's final status. When the others wait, a party of `which` that has
+    /// finished is polled again, as the C API asks of its hosts: its peers may need frames
+    /// it sends after its own result (the end of its last epoch).
     fn run_some(&mut self, which: &[usize]) -> [puma_status; 3] {
         let mut done = [true; 3];
         for &i in which {
@@ -110,9 +112,42 @@ impl Parties {
                     }
                 }
             }
+            if !progress {
+                progress = which.iter().any(|&i| done[i] && self.flush(i));
+            }
             assert!(progress, "no party can make progress");
         }
         status
+    }
+
+    /// Polls party `i`, whose operation has ended, until it waits, and hands in the frames
+    /// it sends; whether it sent any.
+    fn flush(&mut self, i: usize) -> bool {
+        let mut sent = false;
+        loop {
+            let mut ev = empty_event();
+            // SAFETY: live session, buffer of buf.len() bytes, valid event.
+            let st = unsafe {
+                puma_session_poll(self.s[i], self.buf.as_mut_ptr(), self.buf.len(), &mut ev)
+            };
+            match ev.kind {
+                PUMA_EVENT_TRANSMIT => {
+                    ok(st);
+                    // SAFETY: live session, frame of ev.frame_len bytes.
+                    let _ = unsafe {
+                        puma_session_handle_frame(
+                            self.s[ev.peer as usize],
+                            i as u32,
+                            self.buf.as_ptr(),
+                            ev.frame_len,
+                        )
+                    };
+                    sent = true;
+                }
+                PUMA_EVENT_YIELDED => ok(st),
+                _ => return sent,
+            }
+        }
     }
 
     fn run(&mut self) {

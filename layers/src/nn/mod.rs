@@ -52,4 +52,4 @@ pub use range::{
 };
 pub use seeded::SeededDecoder;
 pub use settings::{GeluApprox, SecureSettings, SiluApprox};
-pub use streamed::{STREAM_CHUNK_WORDS, StreamedStep, prompt_step_streamed};
+pub use streamed::{StreamedStep, prompt_step_streamed};

@@ -18,15 +18,8 @@ use super::decoder::{
 };
 use super::embedding::share_one_hot;
 use super::generate::{Observer, Progress};
-use super::plan::{SharedTensors, TensorPlan, share_plan_in_chunks};
+use super::plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan_observed};
 use super::settings::SecureSettings;
-
-/// Words of the owner's record per round while a segment is shared (8 MiB): a quarter of
-/// [`SHARE_CHUNK_WORDS`](super::SHARE_CHUNK_WORDS), so that the owner, the receiver and the
-/// owner's next party (each busy with a chunk: drawing, masking, unpacking) overlap more
-/// finely while a model far larger than memory streams through (measured on LLaMA-7B's
-/// blocks: about a third less time per block than at 32 MiB).
-pub const STREAM_CHUNK_WORDS: usize = 1 << 20;
 
 /// What one party measured of a streamed prompt step.
 #[derive(Clone, Debug, Default)]
@@ -35,7 +28,7 @@ pub struct StreamedStep {
     pub logits: Option<Vec<f64>>,
     /// Payload bytes this party sent while the model was being shared.
     pub share_bytes: u64,
-    /// The model sharing's rounds: one per chunk of [`STREAM_CHUNK_WORDS`] words in each
+    /// The model sharing's rounds: one per chunk of [`SHARE_CHUNK_WORDS`] words in each
     /// segment (at least one per segment).
     pub share_rounds: u32,
     /// Every epoch of the step, sharing and inference.
@@ -105,10 +98,10 @@ async fn share_segment<A: DecoderArch>(
     let words = plan
         .total()
         .ok_or(Error::misuse("the model's size overflows"))?;
-    let shared = share_plan_in_chunks(ctx, owner, &plan, encoded, STREAM_CHUNK_WORDS, None).await?;
+    let shared = share_plan_observed(ctx, owner, &plan, encoded, None).await?;
     acc.0 += ctx.meter().payload_bytes_sent - m0.payload_bytes_sent;
     // share_plan's documented rounds (tests/streamed.rs checks them against the epochs).
-    let rounds = words.div_ceil(STREAM_CHUNK_WORDS).max(1);
+    let rounds = words.div_ceil(SHARE_CHUNK_WORDS).max(1);
     acc.1 += u32::try_from(rounds).map_err(|_| Error::misuse("the model's size overflows"))?;
     acc.2 += t0.elapsed();
     Ok(shared)
@@ -123,7 +116,7 @@ async fn share_segment<A: DecoderArch>(
 ///
 /// Rounds and bytes of the inference: those of [`super::generate()`]'s first step in
 /// [`super::OutputMode::RevealLogits`] (the model sharing, measured apart: 8 bytes per
-/// parameter from the owner, one round per segment and per [`STREAM_CHUNK_WORDS`] words).
+/// parameter from the owner, one round per segment and per [`SHARE_CHUNK_WORDS`] words).
 ///
 /// # Errors
 /// `Misuse` for an invalid config, weights that do not fit it or the protocols' ranges,
@@ -162,7 +155,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     costs.add(LayerKind::Input, m, ctx.meter());
     let input = segs.next().ok_or(Error::bug("no input segment"))?;
     let input_words: usize = input.iter().map(|(_, n)| n).sum();
-    let overlap = if input_words > STREAM_CHUNK_WORDS {
+    let overlap = if input_words > SHARE_CHUNK_WORDS {
         2
     } else {
         1
