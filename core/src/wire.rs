@@ -247,26 +247,44 @@ pub fn decode_header(bytes: &[u8], from: PartyId) -> Result<FrameHeader, Error> 
 pub fn pack(xs: &[u64], width: Width, out: &mut Vec<u8>) {
     let w = width.bits();
     if w == 64 {
-        out.reserve(xs.len().saturating_mul(8));
-        out.extend(xs.iter().flat_map(|x| x.to_le_bytes()));
+        // Sized first, then written in place: one pass the compiler can vectorise.
+        let start = out.len();
+        out.resize(start.saturating_add(xs.len().saturating_mul(8)), 0);
+        for (c, x) in out[start..].chunks_exact_mut(8).zip(xs) {
+            c.copy_from_slice(&x.to_le_bytes());
+        }
         return;
     }
     let mask = width.mask();
     let mut acc: u128 = 0;
     let mut nbits: u32 = 0;
     out.reserve(width.packed_len(xs.len()).unwrap_or(0));
+    // Whole 64-bit words while they fill (acc holds fewer than 64 + 63 bits), then the
+    // last bytes: the same little-endian bit stream as a byte at a time.
     for &x in xs {
         acc |= u128::from(x & mask) << nbits;
         nbits += w;
-        while nbits >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            nbits -= 8;
+        if nbits >= 64 {
+            out.extend_from_slice(&(acc as u64).to_le_bytes());
+            acc >>= 64;
+            nbits -= 64;
         }
     }
-    if nbits > 0 {
+    while nbits > 0 {
         out.push(acc as u8);
+        acc >>= 8;
+        nbits = nbits.saturating_sub(8);
     }
+}
+
+/// The little-endian 64-bit words of `bytes`, in order (a trailing partial word is
+/// ignored: callers check the length first).
+pub(crate) fn words_w64(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks_exact(8).map(|c| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        u64::from_le_bytes(a)
+    })
 }
 
 /// Unpacks exactly `n` elements of `width` bits.
@@ -286,23 +304,26 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
     }
     let w = width.bits();
     if w == 64 {
-        return Ok(bytes
-            .chunks_exact(8)
-            .map(|c| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(c);
-                u64::from_le_bytes(a)
-            })
-            .collect());
+        return Ok(words_w64(bytes).collect());
     }
     let mut out = Vec::with_capacity(n);
     let mask = width.mask();
     let mut acc: u128 = 0;
     let mut nbits: u32 = 0;
-    let mut it = bytes.iter();
+    // Whole 64-bit words while the record has them, then its last bytes one at a time.
+    let mut words = bytes.chunks_exact(8);
+    let mut tail = words.remainder().iter();
     for _ in 0..n {
+        if nbits < w {
+            if let Some(c) = words.next() {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                acc |= u128::from(u64::from_le_bytes(a)) << nbits;
+                nbits += 64;
+            }
+        }
         while nbits < w {
-            let b = it
+            let b = tail
                 .next()
                 .ok_or(Error::bug("unpack ran past a checked length"))?;
             acc |= u128::from(*b) << nbits;
@@ -327,7 +348,32 @@ mod tests {
     use alloc::vec;
     use proptest::prelude::*;
 
+    /// The packed format, one bit at a time: element i's bit j is bit i·w + j of the
+    /// little-endian byte stream, and the last byte is padded with zeros.
+    fn pack_bit_by_bit(xs: &[u64], w: u32) -> Vec<u8> {
+        let bits = xs.len() * w as usize;
+        let mut out = vec![0u8; bits.div_ceil(8)];
+        for (i, &x) in xs.iter().enumerate() {
+            for j in 0..w as usize {
+                if (x >> j) & 1 == 1 {
+                    let k = i * w as usize + j;
+                    out[k / 8] |= 1 << (k % 8);
+                }
+            }
+        }
+        out
+    }
+
     proptest! {
+        #[test]
+        fn pack_writes_the_bit_stream(xs in proptest::collection::vec(any::<u64>(), 0..200), w in 1u32..=64) {
+            let width = Width::new(w).unwrap();
+            let mut buf = vec![0xAB];
+            pack(&xs, width, &mut buf);
+            prop_assert_eq!(buf[0], 0xAB);
+            prop_assert_eq!(&buf[1..], &pack_bit_by_bit(&xs, w)[..]);
+        }
+
         #[test]
         fn pack_round_trips(xs in proptest::collection::vec(any::<u64>(), 0..200), w in 1u32..=64) {
             let width = Width::new(w).unwrap();

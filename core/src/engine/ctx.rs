@@ -168,7 +168,7 @@ impl Ctx {
     ///
     /// # Errors
     /// `Misuse` when sending to oneself or when the record length overflows.
-    pub(crate) fn send_parts_w64(&mut self, to: PartyId, parts: &[Vec<u64>]) -> Result<(), Error> {
+    pub(crate) fn send_parts_w64(&mut self, to: PartyId, parts: &[&[u64]]) -> Result<(), Error> {
         if to == self.me() {
             return Err(Error::misuse("a party cannot send to itself"));
         }
@@ -252,17 +252,37 @@ impl Ctx {
         from: PartyId,
         sizes: &[usize],
     ) -> Result<Vec<Vec<u64>>, Error> {
-        if from == self.me() {
-            return Err(Error::misuse("a party cannot receive from itself"));
-        }
         let total = sizes
             .iter()
             .try_fold(0usize, |acc, n| acc.checked_add(*n))
             .ok_or(Error::protocol(from, "record length overflows"))?;
+        let bytes = self.recv_w64_bytes(from, total).await?;
+        let mut words = wire::words_w64(&bytes);
+        Ok(sizes
+            .iter()
+            .map(|&n| words.by_ref().take(n).collect())
+            .collect())
+    }
+
+    /// Receives the next record from `from`, `n` 64-bit words, as its bytes, for a caller
+    /// that decodes them straight into place ([`wire::words_w64`]) instead of into a
+    /// vector of its own: the counterpart of [`Ctx::send`] at [`Width::W64`].
+    ///
+    /// # Errors
+    /// `Protocol { from }` if the record is not exactly `8·n` bytes; `Misuse` when
+    /// receiving from oneself.
+    pub(crate) async fn recv_w64_bytes(
+        &mut self,
+        from: PartyId,
+        n: usize,
+    ) -> Result<Vec<u8>, Error> {
+        if from == self.me() {
+            return Err(Error::misuse("a party cannot receive from itself"));
+        }
         let bytes = self.recv_bytes(from).await;
-        self.charge_wire(total);
+        self.charge_wire(n);
         let expected = Width::W64
-            .packed_len(total)
+            .packed_len(n)
             .ok_or(Error::protocol(from, "record length overflows"))?;
         if bytes.len() != expected {
             return Err(Error::protocol(
@@ -270,16 +290,7 @@ impl Ctx {
                 "record length does not match the expected message",
             ));
         }
-        let mut parts = Vec::with_capacity(sizes.len());
-        let mut rest: &[u8] = &bytes;
-        for &n in sizes {
-            let (head, tail) = rest
-                .split_at_checked(n * 8)
-                .ok_or(Error::bug("record pieces overrun a checked length"))?;
-            parts.push(wire::unpack(head, n, Width::W64, from)?);
-            rest = tail;
-        }
-        Ok(parts)
+        Ok(bytes)
     }
 
     /// Sends `values` to `to` and receives `n` values from `from`, in the same round.

@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
 use crate::share::Shares;
+use crate::wire;
 
 /// Secret-shares `n` values held by `owner` (a computing party).
 ///
@@ -88,7 +89,8 @@ pub async fn share_input_parts(
                 }
                 fs.push(f);
             }
-            ctx.send_parts_w64(me.prev(), &vs)?;
+            let parts: Vec<&[u64]> = vs.iter().map(Vec::as_slice).collect();
+            ctx.send_parts_w64(me.prev(), &parts)?;
             Ok(vs
                 .into_iter()
                 .zip(fs)
@@ -188,9 +190,12 @@ where
                 .as_mut()
                 .ok_or(Error::bug("owner lacks its input mask"))?;
             let mut vs = vs.into_iter();
-            let mut cs = Vec::with_capacity(sizes.len());
+            let mut cs: Vec<Vec<u64>> = Vec::with_capacity(sizes.len());
             let mut fs = Vec::with_capacity(sizes.len());
-            let mut chunk = Vec::with_capacity(total.min(chunk_words));
+            // The next chunk as pieces (tensor, range) of the masked tensors, sent as one
+            // record without a copy of its own.
+            let mut pending: Vec<(usize, core::ops::Range<usize>)> = Vec::new();
+            let mut pending_len = 0;
             let mut sent = 0;
             for &n in sizes {
                 let mut v = vs
@@ -208,15 +213,18 @@ where
                     *x = x.wrapping_sub(*m);
                 }
                 fs.push(f);
-                let mut rest: &[u64] = &v;
-                while !rest.is_empty() {
-                    let take = (chunk_words - chunk.len()).min(rest.len());
-                    let (head, tail) = rest.split_at(take);
-                    chunk.extend_from_slice(head);
-                    rest = tail;
-                    if chunk.len() == chunk_words {
-                        ctx.send(me.prev(), &chunk, Width::W64)?;
-                        chunk.clear();
+                cs.push(v);
+                let t = cs.len() - 1;
+                let mut at = 0;
+                while at < n {
+                    let take = (chunk_words - pending_len).min(n - at);
+                    pending.push((t, at..at + take));
+                    pending_len += take;
+                    at += take;
+                    if pending_len == chunk_words {
+                        send_pieces(&mut ctx, me.prev(), &cs, &pending)?;
+                        pending.clear();
+                        pending_len = 0;
                         sent += 1;
                         if sent < chunks {
                             ctx.send(me.next(), &[], Width::W64)?;
@@ -225,13 +233,12 @@ where
                         on_chunk(sent);
                     }
                 }
-                cs.push(v);
             }
             if vs.next().is_some() {
                 return Err(Error::misuse("the input owner passed too many vectors"));
             }
             if sent < chunks {
-                ctx.send(me.prev(), &chunk, Width::W64)?;
+                send_pieces(&mut ctx, me.prev(), &cs, &pending)?;
                 on_chunk(chunks);
             }
             Ok(cs
@@ -272,9 +279,11 @@ where
                     ctx.send(owner, &[], Width::W64)?;
                 }
                 let len = chunk_words.min(total - k * chunk_words);
-                let words = ctx.recv(owner, len, Width::W64).await?;
-                let mut rest: &[u64] = &words;
-                while !rest.is_empty() {
+                // Decoded straight into the pieces: no chunk-sized vector of words between.
+                let bytes = ctx.recv_w64_bytes(owner, len).await?;
+                let mut words = wire::words_w64(&bytes);
+                let mut left = len;
+                while left > 0 {
                     let n = *sizes
                         .get(piece)
                         .ok_or(Error::bug("chunks overrun the sizes"))?;
@@ -282,10 +291,9 @@ where
                         cs.push(try_words(n)?);
                     }
                     let c = cs.last_mut().ok_or(Error::bug("no piece to fill"))?;
-                    let take = (n - c.len()).min(rest.len());
-                    let (head, tail) = rest.split_at(take);
-                    c.extend_from_slice(head);
-                    rest = tail;
+                    let take = (n - c.len()).min(left);
+                    c.extend(words.by_ref().take(take));
+                    left -= take;
                     if c.len() == n {
                         piece += 1;
                     }
@@ -301,6 +309,24 @@ where
                 .collect())
         }
     }
+}
+
+/// Sends the pieces (tensor, range) of `cs` to `to` as one 64-bit record.
+fn send_pieces(
+    ctx: &mut Ctx,
+    to: PartyId,
+    cs: &[Vec<u64>],
+    pieces: &[(usize, core::ops::Range<usize>)],
+) -> Result<(), Error> {
+    let parts = pieces
+        .iter()
+        .map(|(t, r)| {
+            cs.get(*t)
+                .and_then(|c| c.get(r.clone()))
+                .ok_or(Error::bug("a chunk piece outside the masked tensors"))
+        })
+        .collect::<Result<Vec<&[u64]>, Error>>()?;
+    ctx.send_parts_w64(to, &parts)
 }
 
 #[cfg(test)]

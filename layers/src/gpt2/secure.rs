@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use ndarray::{Array1, Array2, Axis};
+use ndarray::{Array1, Array2};
 use puma_core::{Error, FixedPoint};
 
 use crate::gpt2::config::Gpt2Config;
@@ -22,22 +22,26 @@ use crate::nn::range::ActivationPeaks;
 use crate::nn::{Heads, NormKind};
 
 /// Encodes plaintext values at `fx`, into a vector of exactly `n` capacity.
-pub(crate) fn encode_all<'a>(
+pub(crate) fn encode_all(
     fx: FixedPoint,
     n: usize,
-    xs: impl IntoIterator<Item = &'a f64>,
+    xs: impl IntoIterator<Item = impl core::borrow::Borrow<f64>>,
 ) -> Result<Vec<u64>, Error> {
     let mut out = Vec::with_capacity(n);
-    for &x in xs {
-        out.push(fx.encode(x)?);
-    }
+    fx.encode_extend(xs.into_iter().map(|x| *x.borrow()), &mut out)?;
     Ok(out)
 }
 
-/// diag(γ)·W: the weight of a linear layer `W` (`k × n`, input rows) fed by a LayerNorm
-/// with affine part γ, β, once γ is folded in.
-fn fold_weight(ln: &LayerNormWeights, w: &Array2<f64>) -> Array2<f64> {
-    w * &ln.gamma.view().insert_axis(Axis(1))
+/// diag(γ)·W, element by element with its (row, column): the weight of a linear layer `W`
+/// (`k × n`, input rows) fed by a LayerNorm with affine part γ, β, once γ is folded in.
+/// Yielded rather than built, so that the owner encodes it without a folded copy. A γ
+/// shorter than W's rows yields NaN there, which the encoding refuses.
+fn folded_weight<'a>(
+    ln: &'a LayerNormWeights,
+    w: &'a Array2<f64>,
+) -> impl Iterator<Item = ((usize, usize), f64)> + 'a {
+    w.indexed_iter()
+        .map(|((r, c), v)| ((r, c), v * ln.gamma.get(r).copied().unwrap_or(f64::NAN)))
 }
 
 /// βW + b: the bias of that layer once β is folded in.
@@ -104,7 +108,7 @@ impl DecoderArch for Gpt2Config {
     }
 
     fn tensor_name(&self, t: DecoderTensor) -> String {
-        // ln_1 and ln_2 are folded into the next layer's weights (see `fold_weight`).
+        // ln_1 and ln_2 are folded into the next layer's weights (see `folded_weight`).
         let block = |layer: usize, name: &str| format!("h.{layer}.{name}");
         match t {
             DecoderTensor::Embed => "wte.weight".into(),
@@ -145,13 +149,12 @@ impl DecoderArch for Gpt2Config {
             DecoderTensor::Block { layer, part } => {
                 let b = block(layer)?;
                 match part {
-                    BlockTensor::QkvWeight => {
-                        let scaled: Vec<f64> = fold_weight(&b.ln_1, &b.attn_w)
-                            .indexed_iter()
-                            .map(|((_, c), v)| if c < d { v * scale } else { *v })
-                            .collect();
-                        enc(&scaled)
-                    }
+                    BlockTensor::QkvWeight => encode_all(
+                        fx,
+                        b.attn_w.len(),
+                        folded_weight(&b.ln_1, &b.attn_w)
+                            .map(|((_, c), v)| if c < d { v * scale } else { v }),
+                    ),
                     BlockTensor::QkvBias => {
                         let scaled: Vec<f64> = fold_bias(&b.ln_1, &b.attn_w, &b.attn_b)
                             .iter()
@@ -162,7 +165,11 @@ impl DecoderArch for Gpt2Config {
                     }
                     BlockTensor::AttnOutWeight => contiguous(&b.proj_w),
                     BlockTensor::AttnOutBias => vector(&b.proj_b),
-                    BlockTensor::MlpInWeight => contiguous(&fold_weight(&b.ln_2, &b.fc_w)),
+                    BlockTensor::MlpInWeight => encode_all(
+                        fx,
+                        b.fc_w.len(),
+                        folded_weight(&b.ln_2, &b.fc_w).map(|(_, v)| v),
+                    ),
                     BlockTensor::MlpInBias => vector(&fold_bias(&b.ln_2, &b.fc_w, &b.fc_b)),
                     BlockTensor::MlpOutWeight => contiguous(&b.fc_proj_w),
                     BlockTensor::MlpOutBias => vector(&b.fc_proj_b),
