@@ -78,27 +78,9 @@ impl Parties {
             let mut progress = false;
             for i in 0..3 {
                 while !done[i] {
-                    let mut ev = empty_event();
-                    // SAFETY: live session, buffer of buf.len() bytes, valid event.
-                    let st = unsafe {
-                        puma_session_poll(self.s[i], self.buf.as_mut_ptr(), self.buf.len(), &mut ev)
-                    };
+                    let (st, ev) = self.poll(i);
                     match ev.kind {
-                        PUMA_EVENT_TRANSMIT => {
-                            ok(st);
-                            // SAFETY: live session, frame of ev.frame_len bytes.
-                            let fed = unsafe {
-                                puma_session_handle_frame(
-                                    self.s[ev.peer as usize],
-                                    i as u32,
-                                    self.buf.as_ptr(),
-                                    ev.frame_len,
-                                )
-                            };
-                            // A peer that failed meanwhile rejects; its own poll tells.
-                            let _ = fed;
-                            progress = true;
-                        }
+                        PUMA_EVENT_TRANSMIT => progress = true,
                         PUMA_EVENT_YIELDED => ok(st),
                         PUMA_EVENT_PENDING => {
                             ok(st);
@@ -120,30 +102,36 @@ impl Parties {
         status
     }
 
+    /// Polls party `i` once; a frame it transmits is handed in to its peer at once.
+    fn poll(&mut self, i: usize) -> (puma_status, puma_event) {
+        let mut ev = empty_event();
+        // SAFETY: live session, buffer of buf.len() bytes, valid event.
+        let st =
+            unsafe { puma_session_poll(self.s[i], self.buf.as_mut_ptr(), self.buf.len(), &mut ev) };
+        if ev.kind == PUMA_EVENT_TRANSMIT {
+            ok(st);
+            // SAFETY: live session, frame of ev.frame_len bytes. A peer that failed
+            // meanwhile rejects the frame; its own poll tells.
+            let _ = unsafe {
+                puma_session_handle_frame(
+                    self.s[ev.peer as usize],
+                    i as u32,
+                    self.buf.as_ptr(),
+                    ev.frame_len,
+                )
+            };
+        }
+        (st, ev)
+    }
+
     /// Polls party `i`, whose operation has ended, until it waits, and hands in the frames
     /// it sends; whether it sent any.
     fn flush(&mut self, i: usize) -> bool {
         let mut sent = false;
         loop {
-            let mut ev = empty_event();
-            // SAFETY: live session, buffer of buf.len() bytes, valid event.
-            let st = unsafe {
-                puma_session_poll(self.s[i], self.buf.as_mut_ptr(), self.buf.len(), &mut ev)
-            };
+            let (st, ev) = self.poll(i);
             match ev.kind {
-                PUMA_EVENT_TRANSMIT => {
-                    ok(st);
-                    // SAFETY: live session, frame of ev.frame_len bytes.
-                    let _ = unsafe {
-                        puma_session_handle_frame(
-                            self.s[ev.peer as usize],
-                            i as u32,
-                            self.buf.as_ptr(),
-                            ev.frame_len,
-                        )
-                    };
-                    sent = true;
-                }
+                PUMA_EVENT_TRANSMIT => sent = true,
                 PUMA_EVENT_YIELDED => ok(st),
                 _ => return sent,
             }
