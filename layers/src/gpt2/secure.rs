@@ -133,7 +133,6 @@ impl DecoderArch for Gpt2Config {
     fn encode(&self, w: &Gpt2Weights, t: DecoderTensor, fx: FixedPoint) -> Result<Vec<u64>, Error> {
         let d = self.n_embd;
         let scale = 1.0 / (self.head_dim() as f64).sqrt();
-        let enc = |a: &[f64]| encode_all(fx, a.len(), a);
         let contiguous = |a: &Array2<f64>| encode_all(fx, a.len(), a.iter());
         let vector = |a: &Array1<f64>| encode_all(fx, a.len(), a.iter());
         let block = |layer: usize| {
@@ -156,12 +155,14 @@ impl DecoderArch for Gpt2Config {
                             .map(|((_, c), v)| if c < d { v * scale } else { v }),
                     ),
                     BlockTensor::QkvBias => {
-                        let scaled: Vec<f64> = fold_bias(&b.ln_1, &b.attn_w, &b.attn_b)
-                            .iter()
-                            .enumerate()
-                            .map(|(c, v)| if c < d { v * scale } else { *v })
-                            .collect();
-                        enc(&scaled)
+                        let bias = fold_bias(&b.ln_1, &b.attn_w, &b.attn_b);
+                        encode_all(
+                            fx,
+                            bias.len(),
+                            bias.iter()
+                                .enumerate()
+                                .map(|(c, v)| if c < d { v * scale } else { *v }),
+                        )
                     }
                     BlockTensor::AttnOutWeight => contiguous(&b.proj_w),
                     BlockTensor::AttnOutBias => vector(&b.proj_b),
