@@ -362,15 +362,17 @@ impl Shares {
         if chunk == 0 || self.len() % chunk != 0 {
             return Err(Error::misuse("chunk length must divide the vector length"));
         }
-        let sum = |v: &[u64]| -> Vec<u64> {
-            v.chunks_exact(chunk)
-                .map(|c| c.iter().fold(0u64, |a, b| a.wrapping_add(*b)))
-                .collect()
-        };
-        Ok(Shares::from_parts(self.party, sum(&self.a), sum(&self.b)))
+        Ok(Shares::from_parts(
+            self.party,
+            chunk_sums(&self.a, chunk),
+            chunk_sums(&self.b, chunk),
+        ))
     }
 
-    fn map(&self, f: impl Fn(u64) -> u64) -> Shares {
+    /// `f` applied to every component: a sharing of something else in general (of
+    /// ⌊x/2^c⌋ − e mod 2^(64−c) for a shift, of the low parts of x for a mask); the
+    /// caller knows what.
+    pub(crate) fn map(&self, f: impl Fn(u64) -> u64) -> Shares {
         Shares::from_parts(
             self.party,
             self.a.iter().map(|&v| f(v)).collect(),
@@ -648,6 +650,14 @@ impl Drop for BitShares {
         wipe(&mut self.a);
         wipe(&mut self.b);
     }
+}
+
+/// The wrapping sums of consecutive runs of `n` words (the last run may be shorter): the
+/// local sums behind [`Shares::sum_chunks`] and the row sums of 3-of-3 parts.
+pub(crate) fn chunk_sums(v: &[u64], n: usize) -> Vec<u64> {
+    v.chunks(n)
+        .map(|c| c.iter().fold(0u64, |a, b| a.wrapping_add(*b)))
+        .collect()
 }
 
 #[cfg(test)]

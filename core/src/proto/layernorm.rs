@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::share::Shares;
 
 use super::gelu::encode_at;
-use super::mul::{mul_trunc, square_trunc};
+use super::mul::{mul_trunc, row_square_sums, square_sum_block, square_trunc};
 use super::{rsqrt_scaled, trunc};
 
 /// Extra fractional bits of r = 1/√(var + ε) (f + 8 in total).
@@ -21,10 +21,14 @@ pub(super) const XG_EXTRA_BITS: u32 = 4;
 /// Extra fractional bits of μ and x − μ on the γ branch (f + 6 in total).
 const CENTER_EXTRA_BITS: u32 = 6;
 
-/// Extra fractional bits of the squares (x − μ)² (f + 8 in total, fewer for d ≥ 2^(f−8)):
-/// at only f bits a row of standard deviation 3e-3 has squares of 2 ulp, and their
-/// rounding noise alone moves 1/√(σ² + ε) by 0.2%.
+/// Extra fractional bits of each row's sum of squares Σ(x − μ)² (f + 8 in total, fewer
+/// for d ≥ 2^(f−8)): the resolution rsqrt sees on rows of tiny variance, where
+/// 1/√(σ² + ε) reaches 1/√ε and amplifies it.
 pub(super) const SQUARE_EXTRA_BITS: u32 = 8;
+
+/// Raw magnitude bound of x − μ in bits (the contract |x − μ| < 2^31 raw), which sizes
+/// the blocks of the sums of squares ([`row_square_sums`]).
+const CENTERED_BITS: u32 = 31;
 
 /// Fractional bits of 1/d beyond f: C = round(2^(f+10)/d) (1/d at only f bits would bias μ
 /// by 0.1% for d = 768).
@@ -44,9 +48,11 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    at 12 more bits, four truncations of s·C and s·C_lo in one round: μ at f bits
 ///    (trunc(s·C, f + 10) + trunc(s·C_lo, f + 22)) and μ' at f + 6 bits (the same by
 ///    6 bits less). xc = x − μ at f bits and xc' = 2^6·x − μ' at f + 6 bits (local).
-/// 2. Branch A: squares trunc(xc·xc, f − 8) per element, at f + 8 bits (2 rounds) —
-///    truncated **before** summing: with GPT-2's residual values near 3000 a fused 2f-bit
-///    sum of squares would reach 2^68 and wrap —, S = row sum (local),
+/// 2. Branch A: S = ⌊Σ xc²/2^(f−8)⌋ per row at f + 8 bits, by limbs (2 rounds): a fused 2f-bit sum of squares would reach 2^68 with GPT-2's residual values
+///    near 3000 and wrap, so each xc is split locally into a high part, whose squares are
+///    summed exactly mod 2^(64−c) (c = f − 8), and a low part, whose cross terms stay far
+///    below 2^62; one reshare per row for each, no message per element
+///    (docs/PROTOCOLS.md, Sums of squares by limbs). Then
 ///    r = √(d·2^8)/√((S + d·ε)·2^8) = 1/√(σ² + ε) by [`rsqrt_scaled`] with c = d·2^8 folded
 ///    into its segments' scales, at f + 8 fractional bits (6 rounds; lo =
 ///    ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and 61 for d = 768,
@@ -61,17 +67,19 @@ const MEAN_LOW_BITS: u32 = 12;
 /// docs/PROTOCOLS.md, Negative powers by segments), so LayerNorm takes 11 rounds instead
 /// of 24. Precision, all for
 /// rows of tiny variance, where r reaches 1/√ε ≈ 316 and amplifies every rounding of x − μ:
-/// the squares keep 8 extra bits (at f bits a row of standard deviation 3e-3 has squares of
-/// 2 ulp, and their rounding noise moved r by 0.2%); the γ branch keeps μ and x − μ at
+/// the sum of squares keeps 8 extra bits and is exact up to its one truncation (squares
+/// truncated to f bits one by one, as first built, put 2 ulp on each square of a row of
+/// standard deviation 3e-3 and moved r by 0.2%); the γ branch keeps μ and x − μ at
 /// f + 6 bits and xg at f + 4 bits; r keeps 8 extra bits instead of 12, so the product xg·r
 /// sits at 2f + 12 bits as in the baseline and the overflow budget is unchanged; 1/d
 /// carries a low part, so μ's error does not grow with |μ|. Measured on the tests'
 /// tiny-variance rows: 3.1e-3 with the baseline's precision, 8.0e-5 with these. Cost: four
 /// truncations per row instead of one, xg truncated by f + 2 instead of f (+8 bits per
-/// element), squares truncated by f − 8 instead of f (−32 bits per element).
+/// element); the sum of squares costs 394 bits per row of 768 where the baseline's squares
+/// cost 264 per element.
 ///
-/// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, so that each square stays
-/// below 2^62); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
+/// **Range** (contract): |x − μ| < 8192 per element (raw 2^31, which sizes the blocks of
+/// the sum of squares: one block for rows up to 2^13 at f = 18); |μ| < 2^16; |γ|·|x − μ| < 2^20 and |γ|·√d < 2^14 (products below 2^62);
 /// d < 2^f; ε > 0 with d·ε·2^f ≥ 1 and d·ε small against d·2^13.
 /// **Error** (measured, tests/gelu_layernorm.rs): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1)
 /// elementwise, y_ref the f64 LayerNorm of the decoded fixed-point inputs: worst 3.8e-6
@@ -80,15 +88,16 @@ const MEAN_LOW_BITS: u32 = 12;
 ///
 /// Rounds: 1 + 2 + 6 + 2 = **11** for d = 768 (rsqrt's 6 whenever hi > 21).
 /// Bits per row (summed over the parties): 4 truncations for μ (64·4 + 4·(28 + 40 + 22 +
-/// 34) = 752) + d·(232 + 272 + 312) (squares with their truncation by f − 8, xc'·γ with
-/// its truncation by f + 2, final product with its truncation by f + 12, each truncation
-/// fused into its product's reshare: 128 + 64 + 4d bits) + rsqrt's bits
-/// ([`super::rsqrt_bits`]: 138,230 at lo = 18, hi = 61, extra = 8, of which 90,210 for the
-/// 87 comparisons, [`super::lt_thresholds_bits`]`(54, 87)`); d = 768, ε = 1e-5:
-/// **765,670 bits per row (95.7 KB)**, against the baseline plan's 946.7 kbit (847,386
-/// with separate truncations). **Bytes** per party: roles rotate over three blocks of rows
-/// and of elements, so with the number of rows divisible by 24 each party sends exactly
-/// 765670·rows/24 bytes; a single row sends (33078, 30733, 32139) bytes (its per-row work
+/// 34) = 752) + the sum of squares (3·54 for the high parts + 192 + 4·10 for the cross
+/// parts = 394, one block) + d·(272 + 312) (xc'·γ with its truncation by f + 2, final
+/// product with its truncation by f + 12, each truncation fused into its product's
+/// reshare: 128 + 64 + 4d bits) + rsqrt's bits ([`super::rsqrt_bits`]: 138,230 at
+/// lo = 18, hi = 61, extra = 8, of which 90,210 for the 87 comparisons,
+/// [`super::lt_thresholds_bits`]`(54, 87)`); d = 768, ε = 1e-5: **587,888 bits per row
+/// (73.5 KB)**, against 765,670 with the squares truncated one by one and the baseline
+/// plan's 946.7 kbit. **Bytes** per party: roles rotate over three blocks of rows and of
+/// elements, so with the number of rows divisible by 24 each party sends exactly
+/// 587888·rows/24 bytes; a single row sends (25673, 23326, 24732) bytes (its per-row work
 /// falls to one party per role).
 ///
 /// # Errors
@@ -122,10 +131,10 @@ pub async fn layernorm_rows(
 /// |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
 ///
 /// Rounds: 11 for d = 768 (as [`layernorm_rows`]). Bits per row (summed over the
-/// parties): 752 for μ + d·(232 + 320) (squares; final product with its truncation by
-/// f + 14 fused into the reshare) + rsqrt's 138,230; d = 768, ε = 1e-5: **562,918 bits
-/// per row** (70.4 KB, against 765,670 with γ). **Bytes** per party: 562918·rows/24 for a
-/// number of rows divisible by 24.
+/// parties): 752 for μ + 394 for the sum of squares + d·320 (final product with its
+/// truncation by f + 14 fused into the reshare) + rsqrt's 138,230; d = 768, ε = 1e-5:
+/// **385,136 bits per row** (48.1 KB, against 587,888 with γ). **Bytes** per party:
+/// 385136·rows/24 for a number of rows divisible by 24.
 ///
 /// # Errors
 /// As [`layernorm_rows`].
@@ -213,8 +222,11 @@ async fn layernorm_impl(
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     let branch_a = async {
         let c = &mut ca;
-        let sq = square_trunc(c, &xc, f - sb).await?;
-        let s = sq.sum_chunks(d)?.add_public_scalar(eps_total);
+        let s = match square_sum_block(d, f - sb, CENTERED_BITS) {
+            Some(block) => row_square_sums(c, &xc, d, f - sb, block).await?,
+            None => square_trunc(c, &xc, f - sb).await?.sum_chunks(d)?,
+        };
+        let s = s.add_public_scalar(eps_total);
         rsqrt_scaled(c, &s, lo, hi, R_EXTRA_BITS, c_scale).await
     };
     let Some((gamma, beta)) = affine else {

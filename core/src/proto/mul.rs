@@ -1,10 +1,11 @@
 use alloc::vec::Vec;
 
-use crate::engine::Ctx;
+use crate::engine::{Ctx, try_join};
 use crate::error::Error;
-use crate::share::Shares;
+use crate::ring::Width;
+use crate::share::{Shares, chunk_sums};
 
-use super::{reshare, reshare_trunc};
+use super::{reshare, reshare_in, reshare_trunc};
 
 /// Elementwise product `x ⊙ y` over Z_2^64 (ABY3 §2).
 ///
@@ -106,4 +107,78 @@ pub async fn mul_fixed(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, 
 pub async fn square_fixed(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
     square_trunc(ctx, x, f).await
+}
+
+/// Elements per block of [`row_square_sums`] for values below 2^`x_bits` in magnitude
+/// (raw) and a truncation by `c` bits: the most whose cross part Σ l·(2x − l), with the low
+/// parts l < 3·2^c, stays below 2^62 in magnitude, at most `d`; `None` if not even one
+/// element's does (then the squares must be truncated one by one).
+pub(crate) fn square_sum_block(d: usize, c: u32, x_bits: u32) -> Option<usize> {
+    if c >= 62 || x_bits >= 62 {
+        return None;
+    }
+    // |l·(2x − l)| < 3·2^c·(2^(x_bits+1) + 3·2^c) per element.
+    let low = 3u128 << c;
+    let per = low.checked_mul((2u128 << x_bits) + low)?;
+    let block = ((1u128 << 62) - 1) / per;
+    (block >= 1).then(|| usize::try_from(block).map_or(d, |b| b.min(d)))
+}
+
+/// The sum of the squares of each row of `d` elements of `x`, truncated by `c` bits:
+/// ⌊Σx²/2^c⌋ + δ, 0 ≤ δ ≤ ⌈d/`block`⌉ (docs/PROTOCOLS.md, Sums of squares by limbs). Each
+/// element is split locally into its high part H = 2^c·h (every component with its low
+/// c bits cleared) and its low part l (those bits, 0 ≤ l < 3·2^c, no wrap), so that
+/// x² = 2^(2c)·h² + l·(2x − l). The high parts' sum 2^c·Σh² is exact from h's shares
+/// mod 2^(64−c), reshared in that ring and scaled by 2^c; the cross parts are summed over
+/// blocks of `block` elements ([`square_sum_block`]), each block reshared and truncated
+/// by c once. Every square is thus summed in 3-of-3 form before any message: two words
+/// per row (and per extra block) cross the network instead of one truncated product per
+/// element. Requires |x| < 2^x_bits raw with `block` from [`square_sum_block`] for
+/// x_bits, and the true sum below 2^62 after the truncation.
+///
+/// Rounds: 2 (1 if c = 0). Bits per row, summed over the parties: 3·(64 − c) +
+/// ⌈d/block⌉·(192 + 4c) (192 when c = 0).
+///
+/// # Errors
+/// `Misuse` if `d` or `block` is 0 or `d` does not divide the length, or c ≥ 62;
+/// `Protocol` if a message is malformed.
+pub(crate) async fn row_square_sums(
+    ctx: &mut Ctx,
+    x: &Shares,
+    d: usize,
+    c: u32,
+    block: usize,
+) -> Result<Shares, Error> {
+    if d == 0 || block == 0 || x.len() % d != 0 {
+        return Err(Error::misuse("square sums need rows of d > 0 elements"));
+    }
+    let mut ctx = ctx.fork();
+    if c == 0 {
+        return reshare(&mut ctx, chunk_sums(&square_terms(x), d)).await;
+    }
+    let ring = Width::new(64 - c).ok_or(Error::misuse("square sums truncate by c < 62"))?;
+    let low_mask = (1u64 << c) - 1;
+    let high = x.map(|v| v >> c);
+    let low = x.map(|v| v & low_mask);
+    let big = x.map(|v| v & !low_mask);
+    let cross: Vec<u64> = cross_terms(&big, &low)
+        .into_iter()
+        .zip(square_terms(&low))
+        .map(|(hl, ll)| hl.wrapping_mul(2).wrapping_add(ll))
+        .collect();
+    // Blocks never straddle rows: each row is cut into ⌈d/block⌉ blocks.
+    let blocks_per_row = d.div_ceil(block);
+    let cross_blocks: Vec<u64> = cross
+        .chunks(d)
+        .flat_map(|row| chunk_sums(row, block))
+        .collect();
+    let (mut ch, mut cl) = (ctx.fork(), ctx.fork());
+    let (high_sum, low_sum) = try_join(
+        reshare_in(&mut ch, chunk_sums(&square_terms(&high), d), ring),
+        reshare_trunc(&mut cl, cross_blocks, c),
+    )
+    .await?;
+    high_sum
+        .scale(1u64 << c)
+        .add(&low_sum.sum_chunks(blocks_per_row)?)
 }

@@ -10,7 +10,7 @@ use crate::share::Shares;
 
 use super::gelu::{encode_at, pow2};
 use super::layernorm::{R_EXTRA_BITS, SQUARE_EXTRA_BITS, XG_EXTRA_BITS};
-use super::mul::mul_trunc;
+use super::mul::{mul_trunc, row_square_sums, square_sum_block};
 use super::{mul, rsqrt_scaled, trunc};
 
 /// Top of the raw range of the row sums that feed the rsqrt: X < 2^(RSQRT_HI + 1) = 2^61.
@@ -19,7 +19,8 @@ const RSQRT_HI: u32 = 60;
 /// How [`rms_norm_rows`] scales its input for a public bound on |x| at row width `d`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RmsScaling {
-    /// x is scaled by 2^−k before it multiplies x: x·trunc(x, k) stays at most 2^61 raw.
+    /// Where the squares are taken one by one, x is scaled by 2^−k before it multiplies x:
+    /// x·trunc(x, k) stays at most 2^61 raw.
     pub k: u32,
     /// Fractional bits g ∈ [f, f + 8] of each square x² (held at raw x²·2^g), chosen so
     /// that a row's sum d·bound²·2^g stays at most 2^61.
@@ -72,42 +73,49 @@ impl RmsScaling {
 /// 2019; docs/PROTOCOLS.md, RMSNorm). `bound` is a public bound on every |x|.
 ///
 /// **Scaling.** At f fractional bits a product x·x carries 2f bits: a residual entry of
-/// 2.5e4 (SmolLM2's massive activations) gives 2.5e4²·2^36 ≈ 2^65 and wraps Z_2^64. So
-/// each square is x·trunc(x, k), the second factor scaled down by 2^k ([`RmsScaling`]:
-/// bound²·2^(2f−k) ≤ 2^61), truncated to g fractional bits so that a whole row's sum
-/// d·bound²·2^g ≤ 2^61 fits the rsqrt's range. Only the second factor of each square is
-/// rounded (to 2^−(f−k), stochastically, so the rounding averages over the row). The mean
-/// and ε enter rsqrt through its public scale c = d·2^(g−f): √(c/X) with
-/// X = (Σx² + dε)·2^(g−f) is 1/√(mean(x²) + ε).
+/// 2.5e4 (SmolLM2's massive activations) gives 2.5e4²·2^36 ≈ 2^65 and wraps Z_2^64. The
+/// row's sum of squares is therefore taken by limbs (docs/PROTOCOLS.md, Sums of squares
+/// by limbs): S = ⌊Σx²/2^(2f−g)⌋ at g fractional bits,
+/// exact up to one truncation per block, with g from [`RmsScaling`] so that a whole row's
+/// sum d·bound²·2^g ≤ 2^61 fits the rsqrt's range. Where not even one element's cross part
+/// fits below 2^62 (large f with a large bound), each square is x·trunc(x, k) instead, the
+/// second factor scaled down by 2^k (bound²·2^(2f−k) ≤ 2^61), truncated to g bits one by
+/// one (one round more, and the second factor rounded to 2^−(f−k)). The mean and ε enter
+/// rsqrt through its public scale c = d·2^(g−f): √(c/X) with X = (Σx² + dε)·2^(g−f) is
+/// 1/√(mean(x²) + ε).
 ///
 /// Schedule (all rows share every round):
-/// 1. Branch A: xs = trunc(x, k) (1 round, none if k = 0), squares
-///    trunc(x·xs, 2f − k − g) at g bits, the truncation fused into the product's reshare
-///    (2 rounds; a plain product, 1 round, if 2f − k = g), S = row sum + dε (local),
+/// 1. Branch A: S by limbs (2 rounds: the high parts' sums reshared beside the cross parts'
+///    sums, reshared and truncated by 2f − g in blocks below 2^62: one block for d = 576,
+///    25 of 170 elements for LLaMA-7B's d = 4096, both at bound 2^15), + dε (local),
 ///    r = 1/√(mean(x²) + ε) by [`rsqrt_scaled`] with c = d·2^(g−f) at f + 8 fractional
 ///    bits (6 rounds, lo = ⌊log2(dε·2^g)⌋, hi = 60). Branch B, concurrently:
 ///    xg = trunc(x·γ, f − 4) at f + 4 bits (2 rounds).
 /// 2. y = trunc(xg·r, f + 12) (2 rounds), at f bits.
 ///
-/// **Range** (contract): |x| ≤ `bound` for every entry; |x·γ| < 2^(62−2f) (2^26 at
+/// **Range** (contract): |x| ≤ `bound` for every entry (which also sizes the blocks of the
+/// sum of squares); |x·γ| < 2^(62−2f) (2^26 at
 /// f = 18); |γ|·√d < 2^14 (the final product xg·r at 2f + 12 bits stays below 2^62);
 /// ε > 0 with d·ε·2^g ≥ 1. **Error** (measured, tests/norm_activations.rs, f = 18, rows of
 /// 576, ε = 1e-5, bound 2^15): |y − y_ref| ≤ 1e-3·max(|y_ref|, 1) elementwise, y_ref the
-/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.4e-5 on LLaMA-like rows with
-/// massive activations up to ±2^15, 6.3e-6 on rows without outliers (the output grid 2^−f is
-/// 3.8e-6), 7.7e-4 on rows of tiny values (RMS 1e-3 to 2e-2, the worst at RMS 1e-3, where
-/// ε dominates; each square's scaled factor keeps only f − k = 13 fractional bits).
+/// f64 RMSNorm of the decoded fixed-point inputs: worst 1.1e-5 on LLaMA-like rows with
+/// massive activations up to ±2^15, 5.7e-6 on rows without outliers (the output grid 2^−f is
+/// 3.8e-6), 7.7e-5 on rows of tiny values (RMS 1e-3 to 2e-2, the worst at RMS 1e-3, where
+/// ε dominates; 7.7e-4 with the squares taken one by one as x·trunc(x, 5)); 3.8e-6 on rows
+/// of 4096 (25 blocks).
 ///
-/// Rounds: 1 + 2 + 6 + 2 = **11** for k > 0 (d = 576, bound 2^15: k = 5, g = 21). Bits
-/// per row (summed over the parties): d·(64 + 4k) for xs, d·(192 + 4(2f − k − g)) for the
-/// squares, d·(192 + 4(f − 4)) for xg, d·(192 + 4(f + 12)) for the final product, plus
-/// rsqrt's bits for one row ([`super::rsqrt_bits`]: 2(hi − lo + 1) − 1 thresholds of one
-/// [`super::lt_thresholds`] on keys cut by lo − 9 bits); f = 18, d = 576, ε = 1e-5
-/// (lo = 13, 95 thresholds in Z_2^58): 576·(84 + 232 + 248 + 312) = 504,576 + 155,026
-/// (103,058 of it for the comparisons) = **659,602 bits per row** (82.5 KB). **Bytes**
-/// per party: roles rotate over three blocks of rows and of elements, so with the number
-/// of rows divisible by 24 each party sends exactly 659602·rows/24 bytes; a single row
-/// sends (28789, 26043, 27861) bytes.
+/// Rounds: 2 + 6 + 2 = **10** (11 when the squares are taken one by one with k > 0).
+/// Bits per row (summed over the parties): the sum of squares, 3·(64 − c) plus
+/// ⌈d/block⌉·(192 + 4c) with c = 2f − g, then d·(192 + 4(f − 4)) for xg and
+/// d·(192 + 4(f + 12)) for the final product, plus rsqrt's bits for one row
+/// ([`super::rsqrt_bits`]: 2(hi − lo + 1) − 1 thresholds of one [`super::lt_thresholds`]
+/// on keys cut by lo − 9 bits); f = 18,
+/// d = 576, bound 2^15 (g = 21, c = 15, one block), ε = 1e-5 (lo = 13, 95 thresholds in
+/// Z_2^58): 147 + 252 + 576·(248 + 312) = 322,959 + 155,026 (103,058 of it for the
+/// comparisons) = **477,985 bits per row** (59.7 KB; 659,602 with the squares one by one).
+/// **Bytes** per party: roles rotate over three blocks of rows and of elements, so with the
+/// number of rows divisible by 24 each party sends exactly 477985·rows/24 bytes; a single
+/// row sends (21224, 18476, 20294) bytes.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths, rows·d overflow, d = 0, a bound with no scaling
@@ -148,8 +156,22 @@ pub async fn rms_norm_rows(
     let col_of: Vec<usize> = (0..total).map(|i| i % d).collect();
 
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
+    // Raw bits of the bound on |x|, one more for the rounding of the encoding: the
+    // smallest b with bound·2^f < 2^(b−1) (RmsScaling keeps bound·2^f below 2^61).
+    let p = |bits: u32| pow2(bits).ok_or(Error::misuse("rmsnorm: f out of range"));
+    let raw = bound * p(f)?;
+    let mut x_bits = 1;
+    while x_bits < 64 && p(x_bits - 1)? <= raw {
+        x_bits += 1;
+    }
+    let square_block = square_sum_block(d, 2 * f - g, x_bits);
     let branch_a = async {
         let c_ = &mut ca;
+        if let Some(block) = square_block {
+            let s = row_square_sums(c_, x, d, 2 * f - g, block).await?;
+            let s = s.add_public_scalar(eps_total);
+            return rsqrt_scaled(c_, &s, lo, RSQRT_HI, R_EXTRA_BITS, c).await;
+        }
         let xs = if k > 0 {
             trunc(c_, x, k).await?
         } else {
