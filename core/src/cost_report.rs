@@ -816,19 +816,33 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
     }
     let d = 576;
     let rms = reals(r * d + d, -100.0, 100.0, 21);
-    t.row(
-        format!("rms_norm_rows, rows of {d}, ε = 1e-5, bound 2^15"),
-        format!("row of {d}"),
-        r,
-        measure(move |mut c, me| {
-            let v = rms.clone();
-            async move {
-                let rows = v.len() / d - 1;
-                let (x, g) = shares(me, &v).split_at(rows * d)?;
-                proto::rms_norm_rows(&mut c, &x, rows, d, &g, 1e-5, 32768.0).await
-            }
-        }),
-    )?;
+    for weighted in [true, false] {
+        let v = rms.clone();
+        t.row(
+            format!(
+                "{}, rows of {d}, ε = 1e-5, bound 2^15",
+                if weighted {
+                    "rms_norm_rows"
+                } else {
+                    "rms_norm_rows_unscaled"
+                }
+            ),
+            format!("row of {d}"),
+            r,
+            measure(move |mut c, me| {
+                let v = v.clone();
+                async move {
+                    let rows = v.len() / d - 1;
+                    let (x, g) = shares(me, &v).split_at(rows * d)?;
+                    if weighted {
+                        proto::rms_norm_rows(&mut c, &x, rows, d, &g, 1e-5, 32768.0).await
+                    } else {
+                        proto::rms_norm_rows_unscaled(&mut c, &x, rows, d, 1e-5, 32768.0).await
+                    }
+                }
+            }),
+        )?;
+    }
 
     t.family("Activations");
     let act = reals(n, -10.0, 10.0, 22);

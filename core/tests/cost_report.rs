@@ -123,6 +123,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
         10,
         477985.0,
     ),
+    (
+        "rms_norm_rows_unscaled, rows of 576, ε = 1e-5, bound 2^15",
+        10,
+        325921.0,
+    ),
     // Activations
     ("gelu (PUMA fit)", 8, 3834.0),
     ("gelu_with(GeluFit::PUMA)", 8, 3834.0),

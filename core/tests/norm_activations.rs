@@ -158,30 +158,38 @@ fn rms_scaling_matches_its_formula() {
 
 /// Runs RMSNorm on rows of `d` and returns the worst |y − y_ref| / max(|y_ref|, 1) per row.
 fn check_rmsnorm(seed: u64, x: &[f64], g: &[f64], d: usize) -> Vec<f64> {
-    check_rmsnorm_at(seed, fx(), BOUND, x, g, d, 10)
+    check_rmsnorm_at(seed, fx(), BOUND, x, Some(g), d, 10)
 }
 
-/// [`check_rmsnorm`] in format `fx` with residual bound `bound`, asserting `rounds` for
-/// the RMSNorm itself (after the input's two).
+/// [`check_rmsnorm`] in format `fx` with residual bound `bound`, without γ (the unscaled
+/// form) if `g` is `None`, asserting `rounds` for the RMSNorm itself (after the input's two).
 fn check_rmsnorm_at(
     seed: u64,
     fx: FixedPoint,
     bound: f64,
     x: &[f64],
-    g: &[f64],
+    g: Option<&[f64]>,
     d: usize,
     rounds: u32,
 ) -> Vec<f64> {
     let rows = x.len() / d;
     let mut vals = fx.encode_slice(x).unwrap();
-    vals.extend(fx.encode_slice(g).unwrap());
+    let scaled = g.is_some();
+    if let Some(g) = g {
+        vals.extend(fx.encode_slice(g).unwrap());
+    }
     let (y, out) = run_at(seed, fx, vals.clone(), move |mut ctx, v| async move {
         let (x, g) = v.split_at(rows * d)?;
-        proto::rms_norm_rows(&mut ctx, &x, rows, d, &g, EPS, bound).await
+        if scaled {
+            proto::rms_norm_rows(&mut ctx, &x, rows, d, &g, EPS, bound).await
+        } else {
+            proto::rms_norm_rows_unscaled(&mut ctx, &x, rows, d, EPS, bound).await
+        }
     });
     assert_eq!(out.rounds(), 2 + rounds);
     let dec = fx.decode_slice(&vals);
-    let gd = &dec[rows * d..];
+    let ones = vec![1.0; d];
+    let gd = if scaled { &dec[rows * d..] } else { &ones[..] };
     (0..rows)
         .map(|r| {
             let want = rmsnorm_ref(&dec[r * d..(r + 1) * d], gd, EPS);
@@ -232,9 +240,14 @@ fn rmsnorm_on_rows_with_massive_activations() {
     let outliers = worst[..6].iter().copied().fold(0.0, f64::max);
     let plain = worst[6..].iter().copied().fold(0.0, f64::max);
     println!("rmsnorm: outlier rows {outliers:.3e}, rows without outliers {plain:.3e}");
-    // Measured 8.3e-6 and 1.0e-5 (the output grid 2^−f is 3.8e-6).
+    // Measured 1.1e-5 and 5.7e-6 (the output grid 2^−f is 3.8e-6).
     assert!(outliers <= 5e-5, "{outliers}");
     assert!(plain <= 5e-5, "{plain}");
+    // Without γ (LLaMA's block norms, γ folded into the next weights): y = x·r.
+    let worst = check_rmsnorm_at(31, fx(), BOUND, &x, None, D, 10);
+    println!("rmsnorm unscaled (massive activations) worst per row: {worst:?}");
+    let w = worst.iter().copied().fold(0.0, f64::max);
+    assert!(w <= 5e-5, "{w}");
 }
 
 /// Rows of tiny values (RMS 1e-3 to 1e-2, where ε counts and 1/√(mean(x²) + ε) reaches
@@ -253,6 +266,10 @@ fn rmsnorm_on_rows_of_tiny_values() {
     println!("rmsnorm (tiny rows) worst per row: {worst:?}");
     // Measured 7.7e-5 (RMS 1e-3; 5.2e-5 at RMS 4e-3): the row's sum of squares is exact
     // up to its one truncation (7.7e-4 when each square was taken as x·trunc(x, 5)).
+    let w = worst.iter().copied().fold(0.0, f64::max);
+    assert!(w <= 2e-4, "{w}");
+    let worst = check_rmsnorm_at(32, fx(), BOUND, &x, None, D, 10);
+    println!("rmsnorm unscaled (tiny rows) worst per row: {worst:?}");
     let w = worst.iter().copied().fold(0.0, f64::max);
     assert!(w <= 2e-4, "{w}");
 }
@@ -277,7 +294,7 @@ fn rmsnorm_sums_squares_in_blocks_and_one_by_one() {
         }
     }
     let g = llama_gamma(d, 72);
-    let worst = check_rmsnorm_at(23, fx(), BOUND, &x, &g, d, 10);
+    let worst = check_rmsnorm_at(23, fx(), BOUND, &x, Some(&g), d, 10);
     println!("rmsnorm, rows of 4096 (blocks): worst per row {worst:?}");
     let w = worst.iter().copied().fold(0.0, f64::max);
     assert!(w <= 5e-5, "{w}");
@@ -293,7 +310,7 @@ fn rmsnorm_sums_squares_in_blocks_and_one_by_one() {
         })
         .collect();
     let g = llama_gamma(d, 74);
-    let worst = check_rmsnorm_at(24, fx24, BOUND, &x, &g, d, 11);
+    let worst = check_rmsnorm_at(24, fx24, BOUND, &x, Some(&g), d, 11);
     println!("rmsnorm, f = 24, bound 2^15 (one by one): worst per row {worst:?}");
     let w = worst.iter().copied().fold(0.0, f64::max);
     assert!(w <= 1e-3, "{w}");
@@ -314,6 +331,19 @@ fn rmsnorm_costs_are_pinned() {
         assert_eq!(out.rounds(), 10, "rows = {rows}");
         let bytes = out.payload_bytes();
         println!("rmsnorm, {rows} row(s) of {D}: bytes per party {bytes:?}");
+        assert_eq!(bytes, want, "rows = {rows}");
+    }
+    // Without γ: the product x·r truncated by f + 8, 192 + 4·26 = 296 bits per element.
+    for (rows, want) in [(1usize, [14888u64, 12140, 13958]), (24, [325_921; 3])] {
+        let out = Sim::new(8).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(rows * D);
+                proto::rms_norm_rows_unscaled(&mut ctx, &x, rows, D, EPS, BOUND).await
+            }
+        });
+        assert_eq!(out.rounds(), 10, "rows = {rows}");
+        let bytes = out.payload_bytes();
+        println!("rmsnorm unscaled, {rows} row(s) of {D}: bytes per party {bytes:?}");
         assert_eq!(bytes, want, "rows = {rows}");
     }
     // rsqrt alone on 24 row sums (lo = ⌊log2(576·1e-5·2^21)⌋ = 13, hi = 60, c = 576·2^3):

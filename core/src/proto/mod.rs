@@ -51,7 +51,7 @@ pub use neg_power::{
     reciprocal, reciprocal_bits, reciprocal_extra, rsqrt, rsqrt_bits, rsqrt_scaled,
 };
 pub use reveal::{reveal_all, reveal_to};
-pub use rmsnorm::{RmsScaling, rms_norm_rows};
+pub use rmsnorm::{RmsScaling, rms_norm_rows, rms_norm_rows_unscaled};
 pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
 pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,

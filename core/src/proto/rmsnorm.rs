@@ -130,16 +130,70 @@ pub async fn rms_norm_rows(
     eps: f64,
     bound: f64,
 ) -> Result<Shares, Error> {
+    if gamma.len() != d {
+        return Err(Error::misuse("rmsnorm shapes do not match"));
+    }
+    rms_norm_impl(ctx, x, rows, d, Some(gamma), eps, bound).await
+}
+
+/// RMSNorm without its weight: y = x/√(mean(x²) + ε) for each of `rows` rows of length `d`
+/// (row-major `x`), `bound` a public bound on every |x|. For models whose normalised rows
+/// feed linear layers only (LLaMA's blocks), γ folds into those layers' weights
+/// (W' = diag(γ)·W) before sharing, which removes the γ product.
+///
+/// Schedule: as [`rms_norm_rows`] without branch B; the last step is y = trunc(x·r, f + 8)
+/// (r at f + 8 fractional bits, |x·r| ≤ √d).
+///
+/// **Range** (contract): as [`rms_norm_rows`] without the conditions on γ, and
+/// √d·2^(2f+8) < 2^61 (x·r at 2f + 8 bits, with room for r's error; d < 2^34 at f = 18). **Error** (measured, tests/norm_activations.rs): the
+/// bound of [`rms_norm_rows`], |y − y_ref| ≤ 1e-3·max(|y_ref|, 1).
+///
+/// Rounds: 10 (as [`rms_norm_rows`]). Bits per row (summed over the parties): the sum of
+/// squares, then d·(192 + 4(f + 8)) for the product (its truncation fused into the
+/// reshare), plus rsqrt's; f = 18, d = 576, bound 2^15, ε = 1e-5: 399 + 576·296 + 155,026
+/// = **325,921 bits per row** (40.7 KB, against 477,985 with γ). **Bytes** per party:
+/// 325921·rows/24 for a number of rows divisible by 24.
+///
+/// # Errors
+/// As [`rms_norm_rows`], and `Misuse` for rows too long for the product's range.
+pub async fn rms_norm_rows_unscaled(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    d: usize,
+    eps: f64,
+    bound: f64,
+) -> Result<Shares, Error> {
+    rms_norm_impl(ctx, x, rows, d, None, eps, bound).await
+}
+
+/// [`rms_norm_rows`] and [`rms_norm_rows_unscaled`]: with γ if `gamma` is given.
+async fn rms_norm_impl(
+    ctx: &mut Ctx,
+    x: &Shares,
+    rows: usize,
+    d: usize,
+    gamma: Option<&Shares>,
+    eps: f64,
+    bound: f64,
+) -> Result<Shares, Error> {
     let total = rows
         .checked_mul(d)
         .ok_or(Error::misuse("rows·d overflows"))?;
-    if d == 0 || x.len() != total || gamma.len() != d {
+    if d == 0 || x.len() != total {
         return Err(Error::misuse("rmsnorm shapes do not match"));
     }
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     if f <= XG_EXTRA_BITS {
         return Err(Error::misuse("rmsnorm needs more than 4 fractional bits"));
+    }
+    // Without γ, y = x·r at 2f + 8 bits with |x·r| ≤ √d < 2^⌈bitlen(d)/2⌉.
+    let half_bits = (usize::BITS - d.leading_zeros()).div_ceil(2);
+    if gamma.is_none() && 2 * f + R_EXTRA_BITS + half_bits > 61 {
+        return Err(Error::misuse(
+            "unscaled rmsnorm rows too long for this fixed-point format",
+        ));
     }
     let RmsScaling { k, g } = RmsScaling::new(d, bound, f)?;
     let eps_total = encode_at(eps * d as f64, g)?;
@@ -153,7 +207,6 @@ pub async fn rms_norm_rows(
     }
     let c = (d as u64) << (g - f);
     let row_of: Vec<usize> = (0..total).map(|i| i / d).collect();
-    let col_of: Vec<usize> = (0..total).map(|i| i % d).collect();
 
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     // Raw bits of the bound on |x|, one more for the rounding of the encoding: the
@@ -186,6 +239,12 @@ pub async fn rms_norm_rows(
         let s = sq.sum_chunks(d)?.add_public_scalar(eps_total);
         rsqrt_scaled(c_, &s, lo, RSQRT_HI, R_EXTRA_BITS, c).await
     };
+    let Some(gamma) = gamma else {
+        // y = trunc(x·r, f + 8), below 2^61 raw by the check above.
+        let r = branch_a.await?;
+        return mul_trunc(&mut ctx, x, &r.gather(&row_of)?, f + R_EXTRA_BITS).await;
+    };
+    let col_of: Vec<usize> = (0..total).map(|i| i % d).collect();
     let branch_b =
         async { mul_trunc(&mut cb, x, &gamma.gather(&col_of)?, f - XG_EXTRA_BITS).await };
     let (r, xg) = try_join(branch_a, branch_b).await?;
