@@ -34,6 +34,11 @@ pub enum Norm {
         /// ε.
         eps: f64,
     },
+    /// RMSNorm without weight (γ folded into the next layers by the owner).
+    RmsNormUnscaled {
+        /// ε.
+        eps: f64,
+    },
 }
 
 impl std::fmt::Debug for Norm {
@@ -42,6 +47,7 @@ impl std::fmt::Debug for Norm {
             Norm::LayerNorm { .. } => "LayerNorm",
             Norm::LayerNormUnscaled { .. } => "LayerNormUnscaled",
             Norm::RmsNorm { .. } => "RmsNorm",
+            Norm::RmsNormUnscaled { .. } => "RmsNormUnscaled",
         };
         f.write_str(name)
     }
@@ -51,8 +57,8 @@ impl Norm {
     /// The kind its cost is attributed to.
     pub fn kind(&self) -> LayerKind {
         match self {
-            Norm::RmsNorm { .. } => LayerKind::RmsNorm,
-            _ => LayerKind::LayerNorm,
+            Norm::RmsNorm { .. } | Norm::RmsNormUnscaled { .. } => LayerKind::RmsNorm,
+            Norm::LayerNorm { .. } | Norm::LayerNormUnscaled { .. } => LayerKind::LayerNorm,
         }
     }
 
@@ -60,7 +66,7 @@ impl Norm {
     pub fn weight(&self) -> Option<&Shares> {
         match self {
             Norm::LayerNorm { gamma, .. } | Norm::RmsNorm { gamma, .. } => Some(gamma),
-            Norm::LayerNormUnscaled { .. } => None,
+            Norm::LayerNormUnscaled { .. } | Norm::RmsNormUnscaled { .. } => None,
         }
     }
 
@@ -97,6 +103,9 @@ impl Norm {
             Norm::RmsNorm { gamma, eps } => {
                 proto::rms_norm_rows(ctx, x, rows, d, gamma, *eps, residual_bound).await
             }
+            Norm::RmsNormUnscaled { eps } => {
+                proto::rms_norm_rows_unscaled(ctx, x, rows, d, *eps, residual_bound).await
+            }
         }
     }
 }
@@ -119,12 +128,20 @@ pub enum NormKind {
         /// ε.
         eps: f64,
     },
+    /// RMSNorm whose γ the owner folded into the next layers.
+    RmsNormUnscaled {
+        /// ε.
+        eps: f64,
+    },
 }
 
 impl NormKind {
     /// Whether the layer has a shared γ.
     pub fn has_weight(self) -> bool {
-        !matches!(self, NormKind::LayerNormUnscaled { .. })
+        !matches!(
+            self,
+            NormKind::LayerNormUnscaled { .. } | NormKind::RmsNormUnscaled { .. }
+        )
     }
 
     /// Whether the layer has a shared β.
@@ -150,6 +167,7 @@ impl NormKind {
                 gamma: weight.ok_or_else(missing)?,
                 eps,
             },
+            NormKind::RmsNormUnscaled { eps } => Norm::RmsNormUnscaled { eps },
         })
     }
 }

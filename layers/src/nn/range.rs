@@ -136,8 +136,10 @@ impl ActivationPeaks {
     pub fn raise_norm_input(&mut self, kind: NormKind, x: ArrayView2<'_, f64>) {
         for row in x.rows() {
             let mean = match kind {
-                NormKind::RmsNorm { .. } => 0.0,
-                _ => row.sum() / row.len().max(1) as f64,
+                NormKind::RmsNorm { .. } | NormKind::RmsNormUnscaled { .. } => 0.0,
+                NormKind::LayerNorm { .. } | NormKind::LayerNormUnscaled { .. } => {
+                    row.sum() / row.len().max(1) as f64
+                }
             };
             Self::raise(&mut self.norm_input, row.iter().map(|v| v - mean));
         }
@@ -152,8 +154,12 @@ impl ActivationPeaks {
         fx: FixedPoint,
     ) -> Option<RangeError> {
         let (norm_what, norm_limit, norm) = match spec.block_norm {
-            NormKind::RmsNorm { .. } => ("max |x|", settings.residual_bound, "RMSNorm"),
-            _ => ("max |x − mean|", 8192.0, "LayerNorm"),
+            NormKind::RmsNorm { .. } | NormKind::RmsNormUnscaled { .. } => {
+                ("max |x|", settings.residual_bound, "RMSNorm")
+            }
+            NormKind::LayerNorm { .. } | NormKind::LayerNormUnscaled { .. } => {
+                ("max |x − mean|", 8192.0, "LayerNorm")
+            }
         };
         let (act_limit, act) = match (spec.activation, settings.silu) {
             (Activation::Silu, SiluApprox::Precise) => (4095.875, "Precise SiLU"),
