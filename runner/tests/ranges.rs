@@ -65,11 +65,33 @@ fn a_scaled_llama_norm_is_refused_naming_it() {
         decoder_range_violation(&m.config, &m.weights, fx).unwrap(),
         None
     );
-    m.weights.layers[1].mlp_norm *= 1e5;
-    let v = decoder_range_violation(&m.config, &m.weights, fx)
+    // The final norm keeps its γ, whose product with the normalised rows has a range.
+    let mut scaled = m.clone();
+    scaled.weights.norm *= 1e5;
+    let v = decoder_range_violation(&scaled.config, &scaled.weights, fx)
         .unwrap()
         .expect("a violation");
-    assert_eq!(v.tensor, "model.layers.1.post_attention_layernorm.weight");
+    assert_eq!(v.tensor, "model.norm.weight");
+    // A block norm's γ is folded into the projections it feeds, so no γ product is left
+    // to overflow; scaled up, it shows where its effect lands instead: in the MLP's output
+    // added to the residual stream, which the calibration pass finds.
+    m.weights.layers[1].mlp_norm *= 1e5;
+    assert_eq!(
+        decoder_range_violation(&m.config, &m.weights, fx).unwrap(),
+        None
+    );
+    let v = decoder_range_check(
+        &m.config,
+        &Arc::new(m.weights.clone()),
+        &SecureSettings::default(),
+        fx,
+    )
+    .unwrap()
+    .expect("a violation");
+    assert_eq!(
+        v.tensor,
+        "norm inputs (the residual stream) on the calibration input"
+    );
 }
 
 #[test]
