@@ -7,7 +7,7 @@
 //! about 14k bits; this protocol takes 3 rounds and about 3k·⌈log2 k⌉ bits. It suits
 //! comparisons made once per row (the segments of the reciprocal and the reciprocal square
 //! root), where rounds matter and bits do not, and narrow rings
-//! (the softmax's row maxima on keys cut to 8 fractional bits, in Z_2^23: 387 bits against
+//! (the softmax's row maxima on keys cut to 4 fractional bits, in Z_2^19: 319 bits against
 //! the carry tree's 414 in Z_2^32).
 
 use alloc::vec;

@@ -67,7 +67,7 @@ pub const DEFAULT_ALL_PAIRS_MAX: usize = 32;
 /// (R_LT + 1 rounds: the level's R_LT + 2 minus one AND round) and saves 1.5·m(m−1)
 /// comparisons per row that reached 2m: 360 for m = 16, 84 for m = 8, only 18 for m = 4,
 /// which pays for its rounds only in calls of thousands of rows. Bert-Base's attention
-/// (1536 rows of 128 per layer, keys cut to 8 fractional bits): 4 levels then all pairs of
+/// (1536 rows of 128 per layer, keys cut to 4 fractional bits): 4 levels then all pairs of
 /// 8, 148 comparisons per row instead of the hybrid's 592 (2 levels, all pairs of 32),
 /// for 8 more rounds per softmax (28 instead of 20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

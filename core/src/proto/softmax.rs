@@ -40,10 +40,15 @@ const NEG_EXP_BITS: u32 = 30;
 const MINIMAX_BITS: u32 = 25;
 
 /// Fractional bits of the keys the softmax's row maxima compare: x is cut locally to
-/// 8 fractional bits (a sharing of ⌊x·2^8⌋ − e, e ∈ {0, 1, 2}), compared in Z_2^(k'−f+9),
+/// 4 fractional bits (a sharing of ⌊x·2^4⌋ − e, e ∈ {0, 1, 2}), compared in Z_2^(k'−f+5),
 /// k' = [`SOFTMAX_RING_BITS`], where differences of entries within the range contract
-/// stay below half the ring.
-const MAX_KEY_FRAC_BITS: u32 = 8;
+/// stay below half the ring. Each bit fewer saves 17 bits per comparison (W = 5 at these
+/// widths) and 7 per selected key; the maximum found may then sit 3·2^−4 below the row's,
+/// so the slack subtracted before negExp grows to 3·2^−4 + 2^−12: the largest exponential
+/// stays above e^−0.19 = 0.83 and the row sum above 1/2, the reciprocal's lower end (at 2
+/// bits it would not). The minimax exponential's relative error is uniform, so the softmax
+/// does not see the difference (tests/softmax.rs: 5.5e-6 either way).
+const MAX_KEY_FRAC_BITS: u32 = 4;
 
 /// Extra fractional bits of the row reciprocal inside the softmax functions (f + 12).
 const SOFTMAX_RECIP_EXTRA: u32 = 12;
@@ -405,16 +410,16 @@ pub async fn softmax_rows(
 ///    for rows of up to 32, and for longer rows while the call compares at most 2^16
 ///    pairs, e.g. 12 single-query rows of up to 105 keys in a KV-cached step; tournament
 ///    levels first otherwise). With [`ExpApprox::Minimax`] the comparisons take keys cut
-///    locally to 8 fractional bits (⌊x·2^8⌋ − e, e ∈ {0, 1, 2}) in Z_2^(k'−f+9),
+///    locally to 4 fractional bits (⌊x·2^4⌋ − e, e ∈ {0, 1, 2}) in Z_2^(k'−f+5),
 ///    k' = [`SOFTMAX_RING_BITS`], by the three-round [`crate::proto::msb_masked`]. With
 ///    one level the selected value is exact; over several levels the keys themselves are
 ///    selected in that ring, and those left for the last level are lifted to Z_2^64 while
 ///    it compares them. Either
-///    way m is at most the row's maximum and within 3·2^−8 of it. The other
+///    way m is at most the row's maximum and within 3·2^−4 of it. The other
 ///    approximations are not shift-invariant (the result would depend on which value near
 ///    the maximum is subtracted), so they compare the exact values by the carry tree in
 ///    Z_2^32;
-/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), plus 3·2^−8 with cut
+/// 2. z = x − m − ε with ε = 2^−12 (64 units at f = 18; local), plus 3·2^−4 with cut
 ///    keys, so z ≤ −2^−12 < 0 and every negExp output is below 1;
 /// 3. e = e^z by [`neg_exp_with`]'s protocol with its output at f + 4 fractional bits
 ///    (the sums below add one stochastic rounding per entry, 16 times smaller so);
@@ -443,7 +448,7 @@ pub async fn softmax_rows(
 /// | Puma t = 9 | 19 | 1.4e-3 | 1.3e-2 |
 /// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
 /// | Taylor2 t = 8 | 19 | 1.5e-5 | 2.5e-4 |
-/// | Minimax | 11 | 5.3e-6 | 3.9e-6 |
+/// | Minimax | 11 | 5.5e-6 | 4.1e-6 |
 ///
 /// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
 /// below the maximum add up (an f64 evaluation of the approximation alone gives the same
@@ -464,17 +469,17 @@ pub async fn softmax_rows(
 /// n = 1024: 5 tournament levels first, 53 + 11 + 6 + 2 = 72 (Minimax: 35 + 11 + 6 + 2 =
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 216262 by the carry tree, 202870 with cut keys: 496 comparisons of 387
+/// max (n = 32: 216262 by the carry tree, 169142 with cut keys: 496 comparisons of 319
 /// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 2138; Minimax: 2694, 16
 /// below [`neg_exp_with`]'s) + the row's reciprocal (n ≤ 32: 17419,
 /// [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 + 4(f + 16)) (final products with
 /// their truncations fused into the reshare: 328 per entry); n = 32, Puma t = 5:
 /// 216262 + 68416 + 17419 + 10496 = **312593 bits (39.1 KB) per row**; Minimax:
-/// 202870 + 86208 + 17419 + 10496 = **316993**; pinned in tests/softmax.rs and
+/// 169142 + 86208 + 17419 + 10496 = **283265**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs. Over several levels of cut keys, each B2A'd member costs
-/// 4·(k' − f + 9) bits instead of 256 and each group's sum 3·(k' − f + 9) instead of
-/// 192 (92 and 69 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
-/// 4(64 − k) bits each (274 at f = 18).
+/// 4·(k' − f + 5) bits instead of 256 and each group's sum 3·(k' − f + 5) instead of
+/// 192 (76 and 57 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
+/// 4(64 − k) bits each (282 at f = 18).
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols`, `valid_len.len() ≠ rows`, some valid length is 0 or
@@ -608,7 +613,7 @@ async fn exps_and_sums(
     let f = ctx.fixed().frac_bits();
     // 1. Row maxima. With the minimax exponential (uniform relative error, so the softmax
     // does not depend on which value near the maximum is subtracted) they compare keys
-    // cut to 8 fractional bits, in three rounds each; the other approximations are not
+    // cut to 4 fractional bits, in three rounds each; the other approximations are not
     // shift-invariant and compare the exact values.
     let method = MaxMethod::default();
     let (compare, width) = if approx == ExpApprox::Minimax {
@@ -681,7 +686,7 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// f = 18 instead of 328 per probability) and the reciprocal at 12 extra bits (r at
 /// f + 8 from S at f + 4) instead of 16, plus the product with V (128 + 64 + 4(f + 4) =
 /// 280 per output); GPT-2's attention (12 × 32 causal rows over 32 keys, heads of 64):
-/// 170089.5 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
+/// 158495.5 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
