@@ -48,11 +48,12 @@ const MEAN_LOW_BITS: u32 = 12;
 ///    at 12 more bits, four truncations of s·C and s·C_lo in one round: μ at f bits
 ///    (trunc(s·C, f + 10) + trunc(s·C_lo, f + 22)) and μ' at f + 6 bits (the same by
 ///    6 bits less). xc = x − μ at f bits and xc' = 2^6·x − μ' at f + 6 bits (local).
-/// 2. Branch A: S = ⌊Σ xc²/2^(f−8)⌋ per row at f + 8 bits, by limbs (2 rounds): a fused 2f-bit sum of squares would reach 2^68 with GPT-2's residual values
-///    near 3000 and wrap, so each xc is split locally into a high part, whose squares are
-///    summed exactly mod 2^(64−c) (c = f − 8), and a low part, whose cross terms stay far
-///    below 2^62; one reshare per row for each, no message per element
-///    (docs/PROTOCOLS.md, Sums of squares by limbs). Then
+/// 2. Branch A: S = ⌊Σ xc²/2^(f−8)⌋ per row at f + 8 bits, by limbs (2 rounds): a plain
+///    2f-bit sum of squares would reach 2^68 with GPT-2's residual values near 3000 and
+///    wrap, so each xc is split locally into a high part, whose squares are summed exactly
+///    mod 2^(64−c) (c = f − 8), and a low part, whose cross terms stay far below 2^62;
+///    one reshare per row for each, no message per element (docs/PROTOCOLS.md, Sums of
+///    squares by limbs). Then
 ///    r = √(d·2^8)/√((S + d·ε)·2^8) = 1/√(σ² + ε) by [`rsqrt_scaled`] with c = d·2^8 folded
 ///    into its segments' scales, at f + 8 fractional bits (6 rounds; lo =
 ///    ⌊log2(d·ε·2^(f+8))⌋ and hi = 61 − f + bitlen(d) + 8, i.e. 18 and 61 for d = 768,
