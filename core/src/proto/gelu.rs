@@ -417,14 +417,13 @@ const PRECISE_CMP_RING_BITS: u32 = 22;
 
 /// `[x]` with every component shifted right (logically) by `d` bits: a sharing of
 /// ⌊x/2^d⌋ − e, e ∈ {0, 1, 2}, **modulo 2^(64−d)** (the wraps of the component sum vanish
-/// there). Only valid for a comparison in a ring of at most 64 − d bits.
+/// there). Only valid in a ring of at most 64 − d bits (a comparison, or the high parts of
+/// the sums of squares by limbs).
 pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
     if d == 0 {
         return x.clone();
     }
-    let a = x.a().iter().map(|v| v >> d).collect();
-    let b = x.b().iter().map(|v| v >> d).collect();
-    Shares::from_parts(x.party(), a, b)
+    x.map(|v| v >> d)
 }
 
 /// GeLU to about 1e-4: 0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, where

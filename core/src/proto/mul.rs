@@ -158,7 +158,7 @@ pub(crate) async fn row_square_sums(
     }
     let ring = Width::new(64 - c).ok_or(Error::misuse("square sums truncate by c < 62"))?;
     let low_mask = (1u64 << c) - 1;
-    let high = x.map(|v| v >> c);
+    let high = super::gelu::shift_components(x, c);
     let low = x.map(|v| v & low_mask);
     let big = x.map(|v| v & !low_mask);
     let cross: Vec<u64> = cross_terms(&big, &low)
