@@ -134,10 +134,10 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("gelu_with(GeluFit::MINIMAX)", 8, 3834.0),
     ("gelu_precise(GeluForm::Erf)", 10, 2764.0),
     ("gelu_precise(GeluForm::Tanh)", 10, 2764.0),
-    ("gelu_chebyshev(GeluForm::Erf)", 10, 1905.0),
-    ("gelu_chebyshev(GeluForm::Tanh)", 10, 1905.0),
+    ("gelu_chebyshev(GeluForm::Erf)", 10, 1875.0),
+    ("gelu_chebyshev(GeluForm::Tanh)", 10, 1875.0),
     ("silu (piecewise polynomial)", 8, 3028.0),
-    ("silu_chebyshev", 15, 2542.0),
+    ("silu_chebyshev", 16, 2434.0),
     ("tanh", 27, 12198.0),
     // Sampling
     ("sample_rows, T = 0.7, rows of 16", 33, 120813.0),

@@ -568,6 +568,16 @@ const CHEB_POWER_BITS: u32 = 18;
 /// Fractional bits of [`gelu_chebyshev`]'s coefficients k_4 … k_7 (second factors of
 /// the final products); k_1 … k_3 get 18 more, k_0 36 more.
 const CHEB_COEFF_BITS: u32 = 20;
+/// Bits that [`gelu_chebyshev`] cuts locally from its final products' second factors
+/// (from p + q = 38 to 20 fractional bits) and from its linear part (56 to 38). Each cut
+/// factor is off by at most 2·2^−20 and multiplies Q (within [−1, 1.9]) or T_2 (within
+/// ±1), so the piece moves by at most 2^−19·2.9 = 5.5e-6.
+const GELU_FINAL_CUT: u32 = 18;
+/// The ring of [`gelu_chebyshev`]'s final sum, at 56 − [`GELU_FINAL_CUT`] = 38 fractional
+/// bits: the piece x/2 + E(x) stays within ±8 wherever it is selected (|x| < 4.1875), so
+/// 38 + 3 bits and the truncation's two spare bits suffice. The sum is known mod
+/// 2^(64 − cut) = 2^46, more than it needs.
+const GELU_FINAL_SUM_BITS: u32 = 43;
 /// Fractional bits that the comparisons of [`gelu_chebyshev`] and [`silu_chebyshev`] keep
 /// (x cut locally).
 const CHEB_CMP_FRAC_BITS: u32 = 4;
@@ -581,7 +591,7 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// ±2^(f+13).
 const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 
-/// GeLU to 1.3e-4 (`Erf`) or 9e-5 (`Tanh`) for 79 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 68 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
 /// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
@@ -615,17 +625,20 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// **Error** (measured, tests/gelu_layernorm.rs, 140,587 points: [−16, 16] in steps of
 /// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±8187.8): max |err| vs the
 /// exact form 1.24e-4 for `Erf` (bounded by the cut at ±4, 4·Φ(−4) = 1.27e-4; fit 6.2e-5)
-/// and 8.8e-5 for `Tanh` (fit 7.3e-5, cut 7e-5). Outputs are exactly 0 for x < −4.125
+/// and 9.2e-5 for `Tanh` (fit 7.3e-5, cut 7e-5; the final sum's cut factors add at most
+/// 5.5e-6, [`GELU_FINAL_CUT`]). Outputs are exactly 0 for x < −4.125
 /// and exactly x for x ≥ 4.1875. **Range**: |x| < 8187.875 (the comparisons; 0.125
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18
 /// bits), 2·99 (B2A into Z_2^33), w (192 + 4·25 = 292), T_2 (192 + 4·17 = 260), Q (192 +
-/// 4·21 = 276), the final fused products truncated by 38 into Z_2^33 (128 + 33 + 4·7 =
-/// 189) and the join's lift (2·33 + 64 + 4·31 = 254): **1905** (2184 with the join over
-/// Z_2^64 in 9 rounds; 2764 for [`gelu_precise`]); **Bytes**: 1905·n/24 per party =
-/// 79.375 per element (exact for n divisible by 24).
+/// 4·21 = 276), the final fused products, their second factors and the linear part cut
+/// locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33 (2·43 + 33 + 4·10
+/// = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1875** (1905 with the final
+/// sum in Z_2^64, 2184 with the join over Z_2^64 in 9 rounds; 2764 for
+/// [`gelu_precise`]); **Bytes**: 1875·n/24 per party = 78.125 per element (exact for n
+/// divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -690,12 +703,20 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
             &[(x, half_x), (&w, ka[1]), (&t2, ka[2]), (&q_share, ka[3])],
             ka[0],
         )?;
+        // The second factors and the linear part cut locally by GELU_FINAL_CUT bits, so
+        // that the sum is sent in Z_2^GELU_FINAL_SUM_BITS.
+        let (bq, bt) = (
+            shift_components(&bq, GELU_FINAL_CUT),
+            shift_components(&bt, GELU_FINAL_CUT),
+        );
+        let a_part = shift_components(&a_part, GELU_FINAL_CUT);
         let mut z = super::mul::cross_terms(&q_share, &bq);
         let zt = super::mul::cross_terms(&t2, &bt);
         for ((zk, tk), ak) in z.iter_mut().zip(&zt).zip(a_part.a()) {
             *zk = zk.wrapping_add(*tk).wrapping_add(*ak);
         }
-        super::reshare_trunc_into(c, z, big - f, ring).await
+        let sum_ring = Width::new(GELU_FINAL_SUM_BITS).ok_or(Error::bug("final ring"))?;
+        super::reshare_trunc_narrow(c, z, sum_ring, big - GELU_FINAL_CUT - f, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring).await
@@ -828,11 +849,17 @@ const SILU_RANGE_CUT: u64 = 183;
 /// bits (⌊16x⌋ − e, e ≤ 2) minus 0 or 183 must stay in [−2^16, 2^16), i.e. |x| < 4095.875;
 /// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
 const SILU_CMP_RING_BITS: u32 = 17;
+/// Bits that [`silu_chebyshev`] cuts locally from its final products' second factors
+/// (from p + q = 42 to 20 fractional bits) and from its linear part (60 to 38): the
+/// final sum, at 38 fractional bits with |G| < 4, is then summed and sent in Z_2^42
+/// instead of Z_2^64. Each cut factor is off by at most 2·2^−20 and multiplies T_4 or
+/// Q (both within ±1), so G moves by at most 4·2^−20 = 3.8e-6.
+const SILU_FINAL_CUT: u32 = 22;
 /// Bits above the f fractional bits of [`silu_chebyshev`]'s join ring Z_2^(f+2), in which
 /// r·G is taken before its lift to Z_2^64: |G| < 0.3 wherever r = 1, within ±2^f.
 const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 15 rounds and 2542 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2434 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -844,37 +871,39 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 ///
 /// Schedule: the sign s = `[x < 0]` on x cut to 4 fractional bits by a local shift of
 /// every component (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}) in Z_2^17 (5 rounds) and its
-/// B2A (1); then s·x (1, exact: s is an integer), t = x − 2s·x and ReLU = x − s·x, all at 7
-/// rounds. The cut may read x ∈ [0, 3/16) as negative; then t = −x and the result
+/// B2A in the two-round form (2); then s·x (1, exact: s is an integer), t = x − 2s·x and
+/// ReLU = x − s·x, all at 8 rounds. The cut may read x ∈ [0, 3/16) as negative; then t = −x and the result
 /// −G(−x) ≈ −g(−x) = SiLU(x) is still right, since G is fitted on [−3/16, 185/16].
 /// Concurrently with the sign, v = 121·x²/2^11 = 2(11t/64)² (x·(121x) with the truncation
 /// by f + 5 fused, 2). From t: z = 11t/64 − 1 and T_2 = 2z² − 1 = v − 4z − 3 locally, at
 /// f + 6 fractional bits; {a_3 = z·T_2, T_2²} (2, truncated to 18 bits), T_4 = 2T_2² − 1;
 /// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
 /// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
-/// at 60 fractional bits, reshared and truncated to f bits at once (2): rounds 8 to 13.
-/// G is truncated into the join ring Z_2^(f+2), where its 2^(64−42)-weighted wrap vanishes,
-/// so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut to 4
-/// fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 8 to 13. Join:
-/// y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted to
-/// Z_2^64 (2): rounds 14 and 15.
+/// the second factors cut locally to 20 fractional bits and the linear part to 38
+/// ([`SILU_FINAL_CUT`]), summed in Z_2^42 and truncated to f bits at once (2): rounds 9 to
+/// 14. G is truncated into the join ring Z_2^(f+2), where its 2^(42−20)-weighted wrap
+/// vanishes, so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut
+/// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
+/// Join: y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted
+/// to Z_2^64 (2): rounds 15 and 16.
 /// The range test reads every t < 11.4375 as in range and every t ≥ 11.5625 as out.
 ///
 /// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
 /// 5e-4, [−12, 12] in steps of 2^-12, LLaMA-like gate inputs, the cuts, values out to
-/// ±4095.8): max |y − SiLU(x)| 1.46e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
-/// costs g(11.4375) = 1.23e-4). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
+/// ±4095.8): max |y − SiLU(x)| 1.49e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
+/// costs g(11.4375) = 1.23e-4; the final sum's cut factors at most 3.8e-6). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
 /// x ≥ 11.5625. **Range**: |x| < 4095.875 (the comparisons in Z_2^17; the softmax-based
 /// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
 /// harmlessly, since r is exactly 0 there.
 ///
-/// Rounds: **15**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
-/// Z_2^17), 256 (the sign's B2A) + 80 (the range bit's, into Z_2^20), 192 (s·x), v
-/// (192 + 4·23 = 284), {a_3, T_2²} (2·(192 + 4·30) = 624), Q (192 + 4·18 = 264), the final
-/// fused products truncated by 42 into Z_2^20 (128 + 20 = 148) and the join's lift
-/// (2·20 + 64 + 4·44 = 280): **2542** (2778 with the join over Z_2^64; 13,176 for the
-/// softmax-based SiLU); **Bytes**: 2542·n/24 per party = 105.92 per element (exact for
-/// n divisible by 24).
+/// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
+/// Z_2^17), 192 (the sign's two-round B2A) + 80 (the range bit's, into Z_2^20), 192
+/// (s·x), v (192 + 4·23 = 284), {a_3, T_2²} (2·(192 + 4·30) = 624), Q (192 + 4·18 =
+/// 264), the final fused products summed in Z_2^42 and truncated by 20 into Z_2^20
+/// (2·42 + 20 = 104) and the join's lift (2·20 + 64 + 4·44 = 280): **2434** (2542 in 15
+/// rounds with the one-round B2A and the final sum in Z_2^64, 2778 with the join over
+/// Z_2^64; 13,176 for the softmax-based SiLU); **Bytes**: 2434·n/24 per party = 101.42 per
+/// element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
@@ -925,8 +954,9 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
     let (mut cs, mut cv) = (ctx.fork(), ctx.fork());
     let sign = async {
         let c = &mut cs;
+        // The two-round B2A: 64 bits fewer for one round more on the critical path.
         let bits =
-            breakpoint_bits(c, &shift_components(x, cut), &[0], width, false, Width::W64).await?;
+            breakpoint_bits(c, &shift_components(x, cut), &[0], width, true, Width::W64).await?;
         let s = bits.first().ok_or(Error::bug("one sign bit"))?;
         mul(c, s, x).await
     };
@@ -979,12 +1009,20 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
         )?;
         let bm = lincomb(&[(&z, km[0]), (&t2, km[1]), (&a3, km[2])], 0)?;
         let bn = lincomb(&[(&z, kn[0]), (&t2, kn[1]), (&a3, kn[2]), (&t4, kn[3])], 0)?;
+        // The second factors and the linear part cut locally by SILU_FINAL_CUT bits: the
+        // sum then lives in Z_2^(64 − cut), whose halves are shorter.
+        let (bm, bn) = (
+            shift_components(&bm, SILU_FINAL_CUT),
+            shift_components(&bn, SILU_FINAL_CUT),
+        );
+        let lin = shift_components(&lin, SILU_FINAL_CUT);
         let mut zs = super::mul::cross_terms(&t4, &bm);
         let zq = super::mul::cross_terms(&q4, &bn);
         for ((zk, qk), lk) in zs.iter_mut().zip(&zq).zip(lin.a()) {
             *zk = zk.wrapping_add(*qk).wrapping_add(*lk);
         }
-        super::reshare_trunc_into(c, zs, big - f, ring).await
+        let sum_ring = Width::new(64 - SILU_FINAL_CUT).ok_or(Error::bug("final ring"))?;
+        super::reshare_trunc_narrow(c, zs, sum_ring, big - SILU_FINAL_CUT - f, ring).await
     };
     let (bits, g) = try_join(range, poly).await?;
     let r = bits.first().ok_or(Error::bug("one range bit"))?;

@@ -58,7 +58,7 @@ pub use softmax::{
     softmax_rows_with,
 };
 pub use trunc::trunc;
-use trunc::{reshare_lift, reshare_trunc, reshare_trunc_into};
+use trunc::{reshare_lift, reshare_trunc, reshare_trunc_into, reshare_trunc_narrow};
 
 use alloc::vec::Vec;
 

@@ -83,6 +83,32 @@ pub(crate) async fn reshare_trunc_into(
     reshare_trunc_rings(ctx, z, Plan::truncation(output, d)?).await
 }
 
+/// [`reshare_trunc_into`] from a narrow input ring: replicated shares of ⌊z/2^d⌋ (+1) mod
+/// 2^`output` for a 3-of-3 sum z read mod 2^`input` (its bits above are ignored), for
+/// −2^(k−2) ≤ z < 2^(k−2) with k = `input`. A product whose factors are only known mod
+/// 2^k (a factor cut locally by [`super::gelu`]'s `shift_components`) is summed in Z_2^k
+/// and truncated here (docs/PROTOCOLS.md, Narrow truncation and lift).
+///
+/// **Error bound**: ⌊z/2^d⌋ or ⌊z/2^d⌋ + 1 mod 2^`output` in that range.
+///
+/// Rounds: 2. Bits per element, summed over the parties: 2k + m + 4·max(0, m − k + d)
+/// with m = `output`.
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` ≤ k − 2; `Protocol` if a message is malformed.
+pub(crate) async fn reshare_trunc_narrow(
+    ctx: &mut Ctx,
+    z: Vec<u64>,
+    input: Width,
+    d: u32,
+    output: Width,
+) -> Result<Shares, Error> {
+    if d == 0 {
+        return Err(Error::misuse("truncation bits must be positive"));
+    }
+    reshare_trunc_rings(ctx, z, Plan::new(input, output, d)?).await
+}
+
 /// Reshare and lift: turns a 3-of-3 additive sharing `z` of a value X of the narrow ring
 /// Z_2^k (k = `input`; the bits of z above k are ignored) into replicated shares of X over
 /// Z_2^64, for −2^(k−2) ≤ X < 2^(k−2) read as a signed k-bit value. The truncation's
@@ -548,6 +574,40 @@ mod tests {
                 assert!(
                     got == out.reduce(floor) || got == out.reduce(floor.wrapping_add(1)),
                     "d = {d}, k = {k}: {x:#x} ↦ {got:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_from_a_narrow_ring_ignores_the_bits_above_it() {
+        // SiLU's final sum: Z_2^42 shifted by 20 into 20 bits (no strings); GeLU's: Z_2^43
+        // by 20 into 33 bits (10-bit strings).
+        for (k, d, m, string_bits) in [(42u32, 20u32, 20u32, 0u64), (43, 20, 33, 10)] {
+            let input = Width::new(k).unwrap();
+            let out = Width::new(m).unwrap();
+            let xs = edges(k, 233);
+            // Garbage above bit k in the sum itself: the protocol must read it mod 2^k.
+            let noisy: Vec<u64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| x.wrapping_add((i as u64 + 3).wrapping_mul(0x9e37) << k))
+                .collect();
+            let (y, bytes, rounds) = run(noisy, move |mut ctx, z| async move {
+                reshare_trunc_narrow(&mut ctx, z, input, d, out).await
+            });
+            assert_eq!(rounds, 2);
+            let n = xs.len() as u64;
+            let bits = 2 * u64::from(k) + u64::from(m) + 4 * string_bits;
+            assert_eq!(bytes.iter().sum::<u64>() * 8, n * bits, "k = {k}");
+            for (&x, &y) in xs.iter().zip(&y) {
+                // x is a signed k-bit value: sign-extend before the floor.
+                let signed = ((x << (64 - k)) as i64) >> (64 - k);
+                let floor = (signed >> d) as u64;
+                let got = out.reduce(y);
+                assert!(
+                    got == out.reduce(floor) || got == out.reduce(floor.wrapping_add(1)),
+                    "k = {k}, d = {d}: {x:#x} ↦ {got:#x}"
                 );
             }
         }
