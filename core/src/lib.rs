@@ -67,4 +67,4 @@ pub use error::{Error, ErrorKind};
 pub use fixed::FixedPoint;
 pub use party::PartyId;
 pub use ring::Width;
-pub use share::{BitShares, Shares};
+pub use share::{BitShares, Shares, Summands};

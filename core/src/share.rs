@@ -645,6 +645,145 @@ impl PartialEq for BitShares {
 
 impl Eq for BitShares {}
 
+/// One party's summand of a 3-out-of-3 additive sharing: the three parties' words add up
+/// to the secret. It is what a product leaves at each party before its reshare
+/// ([`crate::proto::matmul_summands`], [`crate::proto::mul_summands`]); a public linear
+/// map applied to every party's summand maps the secret, so a caller can apply one
+/// before the single reshare and truncation that finish the product
+/// ([`crate::proto::reshare_trunc_summands`]; docs/PROTOCOLS.md, Fused truncation).
+/// Like [`Shares`], it has no wire encoding and its `Debug` prints only the party and
+/// the length.
+pub struct Summands {
+    party: PartyId,
+    v: Vec<u64>,
+}
+
+impl fmt::Debug for Summands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Summands {{ party: {}, len: {} }}",
+            self.party,
+            self.v.len()
+        )
+    }
+}
+
+impl Summands {
+    pub(crate) fn new(party: PartyId, v: Vec<u64>) -> Summands {
+        Summands { party, v }
+    }
+
+    /// The words, for the protocol that finishes the sharing.
+    pub(crate) fn into_words(mut self) -> Vec<u64> {
+        core::mem::take(&mut self.v)
+    }
+
+    /// The party holding these summands.
+    pub fn party(&self) -> PartyId {
+        self.party
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.v.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.v.is_empty()
+    }
+
+    /// The elements at `indices`, in that order (local).
+    ///
+    /// # Errors
+    /// `Misuse` if an index is out of range.
+    pub fn gather(&self, indices: &[usize]) -> Result<Summands, Error> {
+        let v = indices
+            .iter()
+            .map(|&i| self.v.get(i).copied())
+            .collect::<Option<Vec<u64>>>()
+            .ok_or(Error::misuse("summand index out of range"))?;
+        Ok(Summands::new(self.party, v))
+    }
+
+    /// Elementwise product with public ring values `c` (local).
+    ///
+    /// # Errors
+    /// `Misuse` if the lengths differ.
+    pub fn mul_public(&self, c: &[u64]) -> Result<Summands, Error> {
+        if c.len() != self.v.len() {
+            return Err(Error::misuse("public vector of a different length"));
+        }
+        let v = self
+            .v
+            .iter()
+            .zip(c)
+            .map(|(x, c)| x.wrapping_mul(*c))
+            .collect();
+        Ok(Summands::new(self.party, v))
+    }
+
+    /// Elementwise sum (local).
+    ///
+    /// # Errors
+    /// `Misuse` for summands of another party or another length.
+    pub fn add(&self, y: &Summands) -> Result<Summands, Error> {
+        if self.party != y.party || self.v.len() != y.v.len() {
+            return Err(Error::misuse("summands of different parties or lengths"));
+        }
+        let v = self
+            .v
+            .iter()
+            .zip(&y.v)
+            .map(|(x, y)| x.wrapping_add(*y))
+            .collect();
+        Ok(Summands::new(self.party, v))
+    }
+
+    /// Adds the replicated shares `y`, each times the public `scale` (local: every party
+    /// adds its first component, so the three summands gain y·`scale` in all).
+    ///
+    /// # Errors
+    /// `Misuse` for shares of another party or another length.
+    pub fn add_shares(&self, y: &Shares, scale: u64) -> Result<Summands, Error> {
+        if self.party != y.party || self.v.len() != y.a.len() {
+            return Err(Error::misuse("shares of different parties or lengths"));
+        }
+        let v = self
+            .v
+            .iter()
+            .zip(&y.a)
+            .map(|(x, a)| x.wrapping_add(a.wrapping_mul(scale)))
+            .collect();
+        Ok(Summands::new(self.party, v))
+    }
+
+    /// The concatenation of `parts`, in order.
+    ///
+    /// # Errors
+    /// `Misuse` if `parts` is empty or mixes parties.
+    pub fn concat(parts: &[&Summands]) -> Result<Summands, Error> {
+        let first = parts
+            .first()
+            .ok_or(Error::misuse("nothing to concatenate"))?;
+        if parts.iter().any(|p| p.party != first.party) {
+            return Err(Error::misuse("summands of different parties"));
+        }
+        let mut v = Vec::with_capacity(parts.iter().map(|p| p.v.len()).sum());
+        for p in parts {
+            v.extend_from_slice(&p.v);
+        }
+        Ok(Summands::new(first.party, v))
+    }
+}
+
+impl Drop for Summands {
+    fn drop(&mut self) {
+        wipe(&mut self.v);
+    }
+}
+
 impl Drop for BitShares {
     fn drop(&mut self) {
         wipe(&mut self.a);

@@ -818,3 +818,28 @@ fn gelu_chebyshev_refuses_unsupported_formats() {
         }
     }
 }
+
+/// GeLU lifted into Z_2^56 only, for the MLP's output projection summed in that ring:
+/// 1835 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
+#[test]
+fn gelu_chebyshev_into_a_narrow_ring() {
+    let fx = FixedPoint::default();
+    let ring = puma_core::Width::new(56).unwrap();
+    let n = 24 * 4;
+    let out = costs(n, move |mut ctx, x| async move {
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, ring).await
+    });
+    assert_eq!(out.rounds(), 10);
+    assert_eq!(out.payload_bytes(), [1835 * n as u64 / 24; 3]);
+    let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
+    xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0]);
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, _) = run_on(61, raw.clone(), move |mut ctx, x| async move {
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, ring).await
+    });
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        let got = fx.decode((((yv << 8) as i64) >> 8) as u64);
+        assert!((got - gelu_exact(x)).abs() <= 2e-4, "x = {x}: {got}");
+    }
+}

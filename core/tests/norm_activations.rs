@@ -601,3 +601,62 @@ fn empty_inputs_and_misuse() {
         assert_eq!(r, [Some(ErrorKind::Misuse); 2]);
     }
 }
+
+/// `v` read as a signed value of Z_2^k.
+fn signed_in(v: u64, k: u32) -> u64 {
+    (((v << (64 - k)) as i64) >> (64 - k)) as u64
+}
+
+/// The gated MLP's narrow path: SiLU lifted into Z_2^56 only (2394 bits, 40 fewer than
+/// into Z_2^64), then its product with the up projection summed in Z_2^56 and truncated
+/// into Z_2^64 (2·56 + 64 + 4·26 = 280 bits): SiLU(g)·u to the SiLU's accuracy times |u|.
+#[test]
+fn silu_into_a_narrow_ring_feeds_a_product_in_that_ring() {
+    let fx = fx();
+    let ring = puma_core::Width::new(56).unwrap();
+    let mut xs: Vec<f64> = (-24_000..=24_000).map(|i| f64::from(i) * 5e-4).collect();
+    xs.extend((0..4_000u64).map(|i| 3.0 * normal(i, 71)));
+    xs.extend_from_slice(&[-4095.8, 4095.8, -100.0, 100.0]);
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, out) = run_on(52, raw.clone(), move |mut ctx, x| async move {
+        proto::silu_chebyshev_into(&mut ctx, &x, ring).await
+    });
+    assert_eq!(out.rounds(), 2 + 16);
+    let mut worst = 0.0f64;
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        worst = worst.max((fx.decode(signed_in(yv, 56)) - silu_exact(x)).abs());
+    }
+    assert!(worst <= 1.6e-4, "{worst}");
+
+    // Costs, and the product with u (x itself here) finished from Z_2^56.
+    let n = 96usize;
+    let act = costs(n, move |mut ctx, x| async move {
+        proto::silu_chebyshev_into(&mut ctx, &x, ring).await
+    });
+    assert_eq!(act.rounds(), 16);
+    assert_eq!(act.payload_bytes(), [2394 * n as u64 / 24; 3]);
+    let f = fx.frac_bits();
+    let prod = costs(n, move |mut ctx, x| async move {
+        let s = proto::mul_summands(&x, &x)?;
+        proto::reshare_trunc_summands(&mut ctx, s, ring, f, puma_core::Width::W64).await
+    });
+    assert_eq!(prod.rounds(), 2);
+    assert_eq!(prod.payload_bytes(), [280 * n as u64 / 24; 3]);
+
+    // Values: SiLU(x)·x from the narrow SiLU, against f64, up to |x| = 300 (the product
+    // within ±2^18, Z_2^56's range at 2f fractional bits).
+    let xs: Vec<f64> = (0..3_000u64).map(|i| 100.0 * normal(i, 72)).collect();
+    let raw = fx.encode_slice(&xs).unwrap();
+    let (y, _) = run_on(53, raw.clone(), move |mut ctx, x| async move {
+        let a = proto::silu_chebyshev_into(&mut ctx, &x, ring).await?;
+        let s = proto::mul_summands(&a, &x)?;
+        proto::reshare_trunc_summands(&mut ctx, s, ring, f, puma_core::Width::W64).await
+    });
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        let want = silu_exact(x) * x;
+        let err = (fx.decode(yv) - want).abs();
+        assert!(err <= 1.6e-4 * x.abs().max(1.0) + 1e-5, "x = {x}: {err}");
+    }
+}

@@ -138,13 +138,14 @@ async fn breakpoint_bits(
 /// Σ_k (b_k − b_{k−1})·p_k with b_{−1} = 0 and b_m = 1, one fused sum of products.
 /// A piece `None` is the zero function and costs nothing. Over Z_2^64 the sum is reshared
 /// (1 round, 192 bits); with a narrower `ring` (bits and pieces read mod 2^k) it is lifted
-/// to Z_2^64 by [`super::reshare_lift`] (2 rounds, 2k + 64 + 4·(64 − k) bits), which needs
-/// the joined value within ±2^(k−2).
+/// to Z_2^m, m = `output` (Z_2^64 for a general consumer), by [`super::reshare_lift_into`]
+/// (2 rounds, 2k + m + 4·(m − k) bits), which needs the joined value within ±2^(k−2).
 async fn join_pieces(
     ctx: &mut Ctx,
     bits: &[Shares],
     pieces: &[Option<&Shares>],
     ring: Width,
+    output: Width,
 ) -> Result<Shares, Error> {
     if pieces.len() != bits.len() + 1 {
         return Err(Error::bug("one piece per interval"));
@@ -175,7 +176,7 @@ async fn join_pieces(
     if ring == Width::W64 {
         reshare(&mut ctx, z).await
     } else {
-        super::reshare_lift(&mut ctx, z, ring).await
+        super::reshare_lift_into(&mut ctx, z, ring, output).await
     }
 }
 
@@ -362,6 +363,7 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
         &bits,
         &[None, Some(&p0), Some(&p1), Some(x)],
         Width::W64,
+        Width::W64,
     )
     .await
 }
@@ -524,7 +526,14 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
         super::reshare_trunc(c, z, p + q - f).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], Width::W64).await
+    join_pieces(
+        &mut ctx,
+        &bits,
+        &[None, Some(&poly), Some(x)],
+        Width::W64,
+        Width::W64,
+    )
+    .await
 }
 
 /// [`gelu_chebyshev`]'s coefficients k_0 … k_7 of E(x) = GeLU(x) − x/2 in the basis
@@ -644,6 +653,25 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
 /// malformed.
 pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
+    gelu_chebyshev_into(ctx, x, form, Width::W64).await
+}
+
+/// [`gelu_chebyshev`] for a consumer that reads its result mod 2^m only, m = `output`
+/// (a product in Z_2^m, such as the MLP's output projection in `puma-layers`): the
+/// join's lift ends in Z_2^m, and its strings shrink by 4 bits per bit below 64. The
+/// result is GeLU(x) as a signed value mod 2^m.
+///
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
+/// [`gelu_chebyshev`] with the lift at 2·33 + m + 4·(m − 33): 1835 for m = 56.
+///
+/// # Errors
+/// As [`gelu_chebyshev`], and `Misuse` unless m is above the join ring's f + 15 bits.
+pub async fn gelu_chebyshev_into(
+    ctx: &mut Ctx,
+    x: &Shares,
+    form: GeluForm,
+    output: Width,
+) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     let (p, q) = (CHEB_POWER_BITS, CHEB_COEFF_BITS);
@@ -719,7 +747,7 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
         super::reshare_trunc_narrow(c, z, sum_ring, big - GELU_FINAL_CUT - f, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring).await
+    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring, output).await
 }
 
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
@@ -809,7 +837,14 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
         trunc(c, &p, cb).await
     };
     let (bits, p) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&p), Some(x)], Width::W64).await
+    join_pieces(
+        &mut ctx,
+        &bits,
+        &[None, Some(&p), Some(x)],
+        Width::W64,
+        Width::W64,
+    )
+    .await
 }
 
 /// [`silu_chebyshev`]'s coefficients of G ≈ g(t) = t·σ(−t) in the shares it forms, in the
@@ -909,6 +944,24 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
 /// malformed.
 pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
+    silu_chebyshev_into(ctx, x, Width::W64).await
+}
+
+/// [`silu_chebyshev`] for a consumer that reads its result mod 2^m only, m = `output`
+/// (the gated MLP's product with its up projection in `puma-layers`): the join's lift
+/// ends in Z_2^m, and its strings shrink by 4 bits per bit below 64. The result is
+/// SiLU(x) as a signed value mod 2^m.
+///
+/// Rounds: 16. Bits per element, summed over the parties (f = 18): those of
+/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2394 for m = 56.
+///
+/// # Errors
+/// As [`silu_chebyshev`], and `Misuse` unless m is above the join ring's f + 2 bits.
+pub async fn silu_chebyshev_into(
+    ctx: &mut Ctx,
+    x: &Shares,
+    output: Width,
+) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
     // f ≥ 12 keeps the comparisons' cut (by f − 4) and every truncation positive; f ≤ 23
@@ -1026,6 +1079,7 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
     };
     let (bits, g) = try_join(range, poly).await?;
     let r = bits.first().ok_or(Error::bug("one range bit"))?;
-    let rg = super::reshare_lift(&mut ctx, super::mul::cross_terms(r, &g), ring).await?;
+    let rg =
+        super::reshare_lift_into(&mut ctx, super::mul::cross_terms(r, &g), ring, output).await?;
     relu.sub(&rg)
 }

@@ -3,7 +3,7 @@ use alloc::vec::Vec;
 
 use crate::engine::Ctx;
 use crate::error::Error;
-use crate::share::{Component, Shares};
+use crate::share::{Component, Shares, Summands};
 
 use super::{reshare, reshare_trunc};
 
@@ -104,6 +104,28 @@ pub async fn matmul_batch(
     let z = batch_terms(ctx, x, y, batch, (m, k, n)).await?;
     let mut ctx = ctx.fork();
     reshare(&mut ctx, z).await
+}
+
+/// This party's summand of the matrix product `X·Y` (`m×k` by `k×n`), before any
+/// message: for a caller that maps the product linearly (public coefficients, a
+/// selection of columns) before finishing it with
+/// [`reshare_trunc_summands`](super::reshare_trunc_summands). Local; the work is that of
+/// [`matmul`], spent against the session's budget in blocks.
+///
+/// Rounds: 0. Bytes: 0.
+///
+/// # Errors
+/// `Misuse` if the lengths do not match the dimensions.
+pub async fn matmul_summands(
+    ctx: &Ctx,
+    x: &Shares,
+    y: &Shares,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Summands, Error> {
+    let z = batch_terms(ctx, x, y, 1, (m, k, n)).await?;
+    Ok(Summands::new(ctx.me(), z))
 }
 
 /// This party's 3-of-3 parts of a batch of matrix products.

@@ -30,8 +30,8 @@ pub use b2a::{b2a, mul_bit, select};
 pub use drafts::{Accepted, accept_drafts};
 pub use eq::{eq, eq_public};
 pub use gelu::{
-    ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_precise, gelu_with, silu,
-    silu_chebyshev,
+    ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_chebyshev_into,
+    gelu_precise, gelu_with, silu, silu_chebyshev, silu_chebyshev_into,
 };
 pub use input::{
     share_input, share_input_parts, share_input_streamed, share_input_streamed_observed,
@@ -41,12 +41,12 @@ pub use logistic::tanh;
 pub use masked_lt::{
     LT_THRESHOLDS_ROUNDS, lt_thresholds, lt_thresholds_bits, msb_masked, msb_masked_bits,
 };
-pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed};
+pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed, matmul_summands};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
 };
 pub use msb::{lt, lt_public, msb, msb_rounds};
-pub use mul::{mul, mul_fixed, square, square_fixed};
+pub use mul::{mul, mul_fixed, mul_summands, square, square_fixed};
 pub use neg_power::{
     reciprocal, reciprocal_bits, reciprocal_extra, rsqrt, rsqrt_bits, rsqrt_scaled,
 };
@@ -57,8 +57,8 @@ pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,
     softmax_rows_with,
 };
-pub use trunc::trunc;
-use trunc::{reshare_lift, reshare_trunc, reshare_trunc_into, reshare_trunc_narrow};
+use trunc::{reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow};
+pub use trunc::{reshare_trunc_summands, trunc};
 
 use alloc::vec::Vec;
 

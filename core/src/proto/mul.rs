@@ -3,7 +3,7 @@ use alloc::vec::Vec;
 use crate::engine::{Ctx, try_join};
 use crate::error::Error;
 use crate::ring::Width;
-use crate::share::{Shares, chunk_sums};
+use crate::share::{Shares, Summands, chunk_sums};
 
 use super::{reshare, reshare_in, reshare_trunc};
 
@@ -22,6 +22,20 @@ pub async fn mul(ctx: &mut Ctx, x: &Shares, y: &Shares) -> Result<Shares, Error>
     }
     let mut ctx = ctx.fork();
     reshare(&mut ctx, cross_terms(x, y)).await
+}
+
+/// This party's summand of the elementwise product `x ⊙ y`, before any message (see
+/// [`matmul_summands`](super::matmul_summands)). Local.
+///
+/// Rounds: 0. Bytes: 0.
+///
+/// # Errors
+/// `Misuse` for mismatched lengths.
+pub fn mul_summands(x: &Shares, y: &Shares) -> Result<Summands, Error> {
+    if x.len() != y.len() {
+        return Err(Error::misuse("mul of vectors of different lengths"));
+    }
+    Ok(Summands::new(x.party(), cross_terms(x, y)))
 }
 
 /// This party's 3-of-3 part of `x ⊙ y`: `x_i·y_i + x_i·y_{i+1} + x_{i+1}·y_i`.

@@ -4,7 +4,7 @@ use crate::engine::Ctx;
 use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
-use crate::share::Shares;
+use crate::share::{Shares, Summands};
 
 use super::blocks::role_blocks;
 
@@ -60,34 +60,13 @@ pub(crate) async fn reshare_trunc(ctx: &mut Ctx, z: Vec<u64>, d: u32) -> Result<
     reshare_trunc_rings(ctx, z, Plan::truncation(Width::W64, d)?).await
 }
 
-/// [`reshare_trunc`] into a narrow ring: replicated shares of ⌊z/2^d⌋ (+1) mod 2^`output`,
-/// for a caller that only reads the result mod 2^`output` (a join in a narrow ring, then
-/// [`reshare_lift`]). The wrap correction 2^(64−d)·w only matters mod 2^`output`, so R1's
-/// and the helpers' strings shrink from d to `output` − 64 + d bits (none at all when that
-/// is not positive), and R1's output word to `output` bits (docs/PROTOCOLS.md, Narrow
-/// truncation and lift).
-///
-/// **Error bound**: as [`reshare_trunc`], mod 2^`output`.
-///
-/// Rounds: 2. Bits per element, summed over the parties: 128 + k + 4·max(0, k − 64 + d)
-/// with k = `output`.
-///
-/// # Errors
-/// `Misuse` unless 1 ≤ `d` ≤ 62; `Protocol` if a message is malformed.
-pub(crate) async fn reshare_trunc_into(
-    ctx: &mut Ctx,
-    z: Vec<u64>,
-    d: u32,
-    output: Width,
-) -> Result<Shares, Error> {
-    reshare_trunc_rings(ctx, z, Plan::truncation(output, d)?).await
-}
-
-/// [`reshare_trunc_into`] from a narrow input ring: replicated shares of ⌊z/2^d⌋ (+1) mod
+/// [`reshare_trunc`] between chosen rings: replicated shares of ⌊z/2^d⌋ (+1) mod
 /// 2^`output` for a 3-of-3 sum z read mod 2^`input` (its bits above are ignored), for
-/// −2^(k−2) ≤ z < 2^(k−2) with k = `input`. A product whose factors are only known mod
-/// 2^k (a factor cut locally by [`super::gelu`]'s `shift_components`) is summed in Z_2^k
-/// and truncated here (docs/PROTOCOLS.md, Narrow truncation and lift).
+/// −2^(k−2) ≤ z < 2^(k−2) with k = `input`. A caller that only reads the result mod
+/// 2^`output` saves the wrap correction's bits above it (none are sent when
+/// m − k + d ≤ 0); a product whose factors are only known mod 2^k (a factor cut locally
+/// by [`super::gelu`]'s `shift_components`) is summed in Z_2^k (docs/PROTOCOLS.md,
+/// Narrow truncation and lift).
 ///
 /// **Error bound**: ⌊z/2^d⌋ or ⌊z/2^d⌋ + 1 mod 2^`output` in that range.
 ///
@@ -109,6 +88,31 @@ pub(crate) async fn reshare_trunc_narrow(
     reshare_trunc_rings(ctx, z, Plan::new(input, output, d)?).await
 }
 
+/// Finishes a product from its summands: replicated shares of ⌊X/2^d⌋ (+1) mod
+/// 2^`output`, where X is the sum of the three parties' [`Summands`] read mod 2^`input`
+/// (bits above are ignored, so factors known only mod 2^`input` may have made them) as a
+/// signed value with −2^(k−2) ≤ X < 2^(k−2), k = `input`. The fused truncation of
+/// [`reshare_trunc`] with both rings chosen (docs/PROTOCOLS.md, Fused truncation; Narrow
+/// truncation and lift).
+///
+/// **Error bound**: ⌊X/2^d⌋ or ⌊X/2^d⌋ + 1 mod 2^`output` in that range; outside it,
+/// some other value, silently.
+///
+/// Rounds: 2. Bits per element, summed over the parties: 2k + m + 4·max(0, m − k + d)
+/// with m = `output` (264 for k = m = 64 and d = 18).
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` ≤ k − 2; `Protocol` if a message is malformed.
+pub async fn reshare_trunc_summands(
+    ctx: &mut Ctx,
+    s: Summands,
+    input: Width,
+    d: u32,
+    output: Width,
+) -> Result<Shares, Error> {
+    reshare_trunc_narrow(ctx, s.into_words(), input, d, output).await
+}
+
 /// Reshare and lift: turns a 3-of-3 additive sharing `z` of a value X of the narrow ring
 /// Z_2^k (k = `input`; the bits of z above k are ignored) into replicated shares of X over
 /// Z_2^64, for −2^(k−2) ≤ X < 2^(k−2) read as a signed k-bit value. The truncation's
@@ -127,10 +131,29 @@ pub(crate) async fn reshare_lift(
     z: Vec<u64>,
     input: Width,
 ) -> Result<Shares, Error> {
-    if !(3..=62).contains(&input.bits()) {
-        return Err(Error::misuse("a lifted ring must have 3 to 62 bits"));
+    reshare_lift_into(ctx, z, input, Width::W64).await
+}
+
+/// [`reshare_lift`] into Z_2^m, m = `output`, for a consumer that reads the value mod 2^m
+/// only (a product in that ring): X as a signed value mod 2^m, exact for
+/// −2^(k−2) ≤ X < 2^(k−2). The strings shrink to m − k bits.
+///
+/// Rounds: 2. Bits per element, summed over the parties: 2k + m + 4·(m − k).
+///
+/// # Errors
+/// `Misuse` unless 3 ≤ k ≤ 62 and k < m; `Protocol` if a message is malformed.
+pub(crate) async fn reshare_lift_into(
+    ctx: &mut Ctx,
+    z: Vec<u64>,
+    input: Width,
+    output: Width,
+) -> Result<Shares, Error> {
+    if !(3..=62).contains(&input.bits()) || output.bits() <= input.bits() {
+        return Err(Error::misuse(
+            "a lifted ring must have 3 to 62 bits, fewer than its target",
+        ));
     }
-    reshare_trunc_rings(ctx, z, Plan::new(input, Width::W64, 0)?).await
+    reshare_trunc_rings(ctx, z, Plan::new(input, output, 0)?).await
 }
 
 /// The rings and shift of one truncation: the input read mod 2^`input`, the output made
@@ -560,7 +583,7 @@ mod tests {
             let xs = edges(64, 233);
             let out = Width::new(k).unwrap();
             let (y, bytes, rounds) = run(xs.clone(), move |mut ctx, z| async move {
-                reshare_trunc_into(&mut ctx, z, d, out).await
+                reshare_trunc_narrow(&mut ctx, z, Width::W64, d, out).await
             });
             assert_eq!(rounds, 2);
             let n = xs.len() as u64;
