@@ -20,6 +20,7 @@ use super::plain::BertBatch;
 use super::weights::BertWeights;
 use crate::gpt2::secure::encode_all;
 use crate::gpt2::weights::LayerNormWeights;
+use crate::nn::activation::mlp_ring;
 use crate::nn::attention::{self, Heads};
 use crate::nn::client::{ClientAt, Delivered, Delivery};
 use crate::nn::embedding::{embed, share_one_hot};
@@ -831,10 +832,13 @@ pub async fn encode_batch(
         let hidden = layer.inter.forward(ctx, &x, n).await?;
         let a4 = ctx.meter();
         costs.add(LayerKind::Linear, a3, a4);
-        let h = act.forward(ctx, &hidden, settings).await?;
+        // The activation lifted into the MLP's ring only, and the output projection
+        // summed there, as in the decoders (crate::nn::activation::MLP_RING_BITS).
+        let ring = mlp_ring()?;
+        let h = act.forward_into(ctx, &hidden, settings, ring).await?;
         let a5 = ctx.meter();
         costs.add(act.kind(), a4, a5);
-        let o = layer.out.forward(ctx, &h, n).await?;
+        let o = layer.out.forward_from(ctx, &h, n, ring).await?;
         let a6 = ctx.meter();
         costs.add(LayerKind::Linear, a5, a6);
         x = layer.out_ln.forward(ctx, &x.add(&o)?, n, d, bound).await?;

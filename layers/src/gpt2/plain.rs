@@ -268,7 +268,11 @@ impl PlainGpt2 {
         let ln = NormKind::LayerNorm {
             eps: self.config.layer_norm_epsilon,
         };
-        for b in &t.blocks {
+        for (b, w) in t.blocks.iter().zip(&self.weights.blocks) {
+            // The output projection's products, before its bias (summed in the MLP's
+            // narrow ring).
+            let products = &b.mlp_out - &w.fc_proj_b;
+            ActivationPeaks::raise(&mut p.mlp_products, products.iter().copied());
             for x in [&b.input, &b.residual, &b.output] {
                 p.raise_norm_input(ln, x.view());
             }

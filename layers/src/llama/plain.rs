@@ -176,6 +176,9 @@ impl PlainLlama {
                     }
                 }
             }
+            if let Some(p) = peaks.as_deref_mut() {
+                ActivationPeaks::raise(&mut p.rotated, q.iter().chain(k.iter()).copied());
+            }
             let (keys, values) = match (cache.keys.get_mut(l), cache.values.get_mut(l)) {
                 (Some(k), Some(v)) => (k, v),
                 _ => return Err(InputError::CacheMismatch("wrong number of layers".into())),
@@ -225,7 +228,13 @@ impl PlainLlama {
             let act = ndarray::Zip::from(&gate)
                 .and(&up)
                 .map_collect(|&g, &u| silu(g) * u);
-            x = x + act.dot(&layer.w_down);
+            let down = act.dot(&layer.w_down);
+            if let Some(p) = peaks.as_deref_mut() {
+                // Both products are summed in the MLP's narrow ring.
+                ActivationPeaks::raise(&mut p.mlp_products, act.iter().copied());
+                ActivationPeaks::raise(&mut p.mlp_products, down.iter().copied());
+            }
+            x = x + down;
         }
         cache.len = total;
         if let Some(p) = peaks {

@@ -1,10 +1,28 @@
 //! Activation functions on shares, by name, with the approximation the settings choose.
 
 use puma_core::proto::GeluForm;
-use puma_core::{Ctx, Error, Shares, proto};
+use puma_core::{Ctx, Error, Shares, Width, proto};
 
 use super::cost::LayerKind;
 use super::settings::{GeluApprox, SecureSettings, SiluApprox};
+
+/// Bits of the ring in which the MLP's products after the activation are summed: the
+/// precise activations lift their result into Z_2^56 only, a gated MLP's up projection
+/// and its product with the activation are made there, and the output projection reads
+/// its input mod 2^56 (docs/ARCHITECTURE.md, Decoder path; docs/PROTOCOLS.md, Narrow
+/// truncation and lift). Each bit below 64 saves 5 bits per lifted or truncated element
+/// and costs 2 per output of the product summed in the ring. The bound it sets: every
+/// such product (SiLU(g)·u, and each output of the output projection) within ±2^(56 − 2 −
+/// 2f), ±262,144 at f = 18; the owner's calibration checks it ([`super::range`]).
+pub const MLP_RING_BITS: u32 = 56;
+
+/// The ring of [`MLP_RING_BITS`].
+///
+/// # Errors
+/// Never for the constant; `Bug` if it were out of range.
+pub fn mlp_ring() -> Result<Width, Error> {
+    Width::new(MLP_RING_BITS).ok_or(Error::bug("MLP ring width"))
+}
 
 /// The activation a model's MLP applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -51,6 +69,31 @@ impl Activation {
             }
             (Activation::Silu, _, SiluApprox::Piecewise) => proto::silu(ctx, x).await,
             (Activation::Silu, _, SiluApprox::Precise) => proto::silu_chebyshev(ctx, x).await,
+        }
+    }
+
+    /// [`Activation::forward`] for a consumer that reads the result mod 2^k only, k =
+    /// `ring`: the precise approximations lift their join into that ring instead of
+    /// Z_2^64 (40 bits per element fewer for k = 56); the others are made over Z_2^64,
+    /// which also holds the value mod 2^k.
+    ///
+    /// # Errors
+    /// `Protocol` on a malformed message.
+    pub async fn forward_into(
+        self,
+        ctx: &mut Ctx,
+        x: &Shares,
+        settings: &SecureSettings,
+        ring: Width,
+    ) -> Result<Shares, Error> {
+        match (self, settings.gelu, settings.silu) {
+            (Activation::Gelu(form), GeluApprox::Precise, _) => {
+                proto::gelu_chebyshev_into(ctx, x, form, ring).await
+            }
+            (Activation::Silu, _, SiluApprox::Precise) => {
+                proto::silu_chebyshev_into(ctx, x, ring).await
+            }
+            _ => self.forward(ctx, x, settings).await,
         }
     }
 }

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, proto};
+use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Summands, Width, proto};
 
-use super::activation::Activation;
+use super::activation::{Activation, mlp_ring};
 use super::attention::{self, Heads, KvCache, split_heads, transpose};
 use super::cost::{LayerCosts, LayerKind};
 use super::embedding::{embed, share_one_hot};
@@ -792,27 +792,43 @@ impl Block {
         let a = blk.attn_norm.forward(ctx, &x, rows, d, bound).await?;
         let m1 = ctx.meter();
         costs.add(blk.attn_norm.kind(), m0, m1);
-        let qkv = blk.qkv.forward(ctx, &a, rows).await?;
-        let m2 = ctx.meter();
-        costs.add(LayerKind::Linear, m1, m2);
-        let v = qkv.gather(&layout.v_idx)?;
-        let (q, k) = match spec.positions {
-            Positions::Learned => (qkv.gather(&layout.q_idx)?, qkv.gather(&layout.k_idx)?),
+        let f = ctx.fixed().frac_bits();
+        let (q, k, v) = match spec.positions {
+            Positions::Learned => {
+                let qkv = blk.qkv.forward(ctx, &a, rows).await?;
+                (
+                    qkv.gather(&layout.q_idx)?,
+                    qkv.gather(&layout.k_idx)?,
+                    qkv.gather(&layout.v_idx)?,
+                )
+            }
             Positions::Rotary { .. } => {
-                // A local linear map with public coefficients, then one truncation.
+                // The rotation, a public linear map, applies to the product's summands
+                // at 2f fractional bits; queries and keys, then at 3f, are truncated by
+                // 2f in the same two rounds as the values by f: no truncation of their
+                // own (docs/ARCHITECTURE.md, Decoder path).
                 let (rq, rk) = layout
                     .rope
                     .as_ref()
                     .ok_or(Error::bug("rotary tables missing"))?;
-                let q = rq.apply(&qkv.gather(&layout.q_idx)?)?;
-                let k = rk.apply(&qkv.gather(&layout.k_idx)?)?;
-                let f = ctx.fixed().frac_bits();
-                let qk = proto::trunc(ctx, &Shares::concat(&[&q, &k])?, f).await?;
+                let s = blk.qkv.summands(ctx, &a, rows).await?;
+                let vs = s.gather(&layout.v_idx)?;
+                let qk = Summands::concat(&[
+                    &rq.apply_summands(&s.gather(&layout.q_idx)?)?,
+                    &rk.apply_summands(&s.gather(&layout.k_idx)?)?,
+                ])?;
+                drop(s);
+                let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
+                let (v, qk) = puma_core::try_join(
+                    proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
+                    proto::reshare_trunc_summands(&mut cqk, qk, Width::W64, 2 * f, Width::W64),
+                )
+                .await?;
                 let (q, k) = qk.split_at(h.q * rows * h.dim)?;
-                costs.add(LayerKind::Rope, m2, ctx.meter());
-                (q, k)
+                (q, k, v)
             }
         };
+        costs.add(LayerKind::Linear, m1, ctx.meter());
         // Each sequence attends over its own cache; the sequences share the rounds.
         let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
         let mut seq_costs = vec![LayerCosts::default(); caches.len()];
@@ -851,25 +867,41 @@ impl Block {
         let a2 = blk.mlp_norm.forward(ctx, &x, rows, d, bound).await?;
         let m5 = ctx.meter();
         costs.add(blk.mlp_norm.kind(), m4, m5);
-        let hidden = blk.mlp_in.forward(ctx, &a2, rows).await?;
+        // After the activation, the MLP's products are summed in the narrow ring of
+        // MLP_RING_BITS: the gate is made over Z_2^64 (the activation needs it whole), the
+        // up projection only in that ring, like the activation's result, their product
+        // and the output projection's input.
+        let ring = mlp_ring()?;
+        let (act_in, up) = if spec.gated {
+            let s = blk.mlp_in.summands(ctx, &a2, rows).await?;
+            let (gs, us) = (s.gather(&layout.gate_idx)?, s.gather(&layout.up_idx)?);
+            drop(s);
+            let (mut cg, mut cu) = (ctx.fork(), ctx.fork());
+            let (gate, up) = puma_core::try_join(
+                proto::reshare_trunc_summands(&mut cg, gs, Width::W64, f, Width::W64),
+                proto::reshare_trunc_summands(&mut cu, us, Width::W64, f, ring),
+            )
+            .await?;
+            (gate, Some(up))
+        } else {
+            (blk.mlp_in.forward(ctx, &a2, rows).await?, None)
+        };
         let m6 = ctx.meter();
         costs.add(LayerKind::Linear, m5, m6);
-        let (act_in, up) = if spec.gated {
-            (
-                hidden.gather(&layout.gate_idx)?,
-                Some(hidden.gather(&layout.up_idx)?),
-            )
-        } else {
-            (hidden, None)
-        };
-        let act = spec.activation.forward(ctx, &act_in, settings).await?;
+        let act = spec
+            .activation
+            .forward_into(ctx, &act_in, settings, ring)
+            .await?;
         let m7 = ctx.meter();
         costs.add(spec.activation.kind(), m6, m7);
         let act = match up {
-            Some(up) => proto::mul_fixed(ctx, &act, &up).await?,
+            Some(up) => {
+                let s = proto::mul_summands(&act, &up)?;
+                proto::reshare_trunc_summands(ctx, s, ring, f, ring).await?
+            }
             None => act,
         };
-        let mlp = blk.mlp_out.forward(ctx, &act, rows).await?;
+        let mlp = blk.mlp_out.forward_from(ctx, &act, rows, ring).await?;
         x = x.add(&mlp)?;
         costs.add(LayerKind::Linear, m7, ctx.meter());
         Ok(x)
@@ -1043,8 +1075,8 @@ impl RopeMap {
         Ok(map)
     }
 
-    /// x·C + swap(x)·S', before the truncation.
-    fn apply(&self, x: &Shares) -> Result<Shares, Error> {
+    /// x·C + swap(x)·S' on a product's summands, before its truncation.
+    fn apply_summands(&self, x: &Summands) -> Result<Summands, Error> {
         x.mul_public(&self.cs)?
             .add(&x.gather(&self.swap)?.mul_public(&self.ss)?)
     }

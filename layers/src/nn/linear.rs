@@ -1,6 +1,6 @@
 //! Linear layers on shares: `x·W + b` with the product's truncation fused into its reshare.
 
-use puma_core::{Ctx, Error, Shares, proto};
+use puma_core::{Ctx, Error, Shares, Summands, Width, proto};
 
 /// A shared linear layer: weight `k × n` (input rows) and an optional bias of `n`.
 pub struct Linear {
@@ -54,6 +54,49 @@ impl Linear {
         match &self.b {
             Some(b) => add_rows(&y, b, rows),
             None => Ok(y),
+        }
+    }
+
+    /// [`Linear::forward`] for an input known only mod 2^k, k = `ring` (an activation
+    /// lifted into that ring only): the product is summed in Z_2^k and truncated into
+    /// Z_2^64, 2 rounds and 2k + 64 + 4·(64 − k + f) bits per output element (280 for
+    /// k = 56 at f = 18, against 264 from Z_2^64). Every output's product x·W must stay
+    /// within ±2^(k − 2 − 2f) (docs/PROTOCOLS.md, Narrow truncation and lift).
+    ///
+    /// # Errors
+    /// As [`Linear::forward`].
+    pub async fn forward_from(
+        &self,
+        ctx: &mut Ctx,
+        x: &Shares,
+        rows: usize,
+        ring: Width,
+    ) -> Result<Shares, Error> {
+        let f = ctx.fixed().frac_bits();
+        let s = proto::matmul_summands(ctx, x, &self.w, rows, self.k, self.n).await?;
+        let y = proto::reshare_trunc_summands(ctx, s, ring, f, Width::W64).await?;
+        match &self.b {
+            Some(b) => add_rows(&y, b, rows),
+            None => Ok(y),
+        }
+    }
+
+    /// The summands of `x·W + b` at 2f fractional bits, before the reshare and truncation
+    /// that finish it ([`proto::reshare_trunc_summands`]): for a caller that maps the
+    /// output linearly first (rotary embeddings) or finishes parts of it in different
+    /// rings (a gated MLP's halves). Local.
+    ///
+    /// # Errors
+    /// `Misuse` for an input of the wrong length.
+    pub async fn summands(&self, ctx: &Ctx, x: &Shares, rows: usize) -> Result<Summands, Error> {
+        let s = proto::matmul_summands(ctx, x, &self.w, rows, self.k, self.n).await?;
+        match &self.b {
+            Some(b) => {
+                let f = ctx.fixed().frac_bits();
+                let idx: Vec<usize> = (0..rows * self.n).map(|i| i % self.n.max(1)).collect();
+                s.add_shares(&b.gather(&idx)?, 1u64 << f)
+            }
+            None => Ok(s),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ndarray::ArrayView2;
 use puma_core::{Error, FixedPoint};
 
-use super::activation::Activation;
+use super::activation::{Activation, MLP_RING_BITS};
 use super::decoder::{BlockTensor, DecoderArch, DecoderSpec, DecoderTensor};
 use super::norm::NormKind;
 use super::settings::{SecureSettings, SiluApprox};
@@ -121,6 +121,13 @@ pub struct ActivationPeaks {
     pub activation: f64,
     /// Max |logit|.
     pub logits: f64,
+    /// Max |y| over the MLP's products summed in its narrow ring
+    /// ([`crate::nn::activation::MLP_RING_BITS`]): a gated MLP's act(gate)·up, and every
+    /// output of the output projection before its bias.
+    pub mlp_products: f64,
+    /// Max |q|, |k| after the rotary embedding (rotary models; 0 otherwise), whose
+    /// products with the rotation's coefficients are truncated at 3f fractional bits.
+    pub rotated: f64,
 }
 
 impl ActivationPeaks {
@@ -196,6 +203,20 @@ impl ActivationPeaks {
                 self.logits,
                 product_limit,
                 "Matrix product",
+            ),
+            (
+                "MLP products (after the activation)",
+                "max |y|",
+                self.mlp_products,
+                2f64.powi(MLP_RING_BITS as i32 - 2 - 2 * fx.frac_bits() as i32),
+                "Narrow truncation",
+            ),
+            (
+                "rotated queries and keys",
+                "max |q|, |k|",
+                self.rotated,
+                2f64.powi(62 - 3 * fx.frac_bits() as i32),
+                "Rotary embedding",
             ),
         ]
         .into_iter()
