@@ -335,6 +335,27 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    // A product finished from its summands in the MLP's narrow ring (puma-layers):
+    // summed in Z_2^56, truncated by f into Z_2^56 or Z_2^64.
+    for out in [56u32, 64] {
+        let v = x.clone();
+        t.row(
+            format!("reshare_trunc_summands of mul_summands, Z_2^56 → Z_2^{out}"),
+            "element",
+            n,
+            measure(move |mut c, me| {
+                let v = v.clone();
+                async move {
+                    let s = shares(me, &v);
+                    let f = c.fixed().frac_bits();
+                    let ring = Width::new(56).ok_or(Error::bug("ring"))?;
+                    let output = Width::new(out).ok_or(Error::bug("ring"))?;
+                    let z = proto::mul_summands(&s, &s)?;
+                    proto::reshare_trunc_summands(&mut c, z, ring, f, output).await
+                }
+            }),
+        )?;
+    }
     let (m, k, o) = (24, 768, 64);
     let ab = reals(m * k + k * o, -1.0, 1.0, 2);
     for fixed in [false, true] {
@@ -856,6 +877,8 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
         "gelu_chebyshev(GeluForm::Tanh)",
         "silu (piecewise polynomial)",
         "silu_chebyshev",
+        "gelu_chebyshev_into(GeluForm::Erf, Z_2^56)",
+        "silu_chebyshev_into(Z_2^56)",
         "tanh",
     ];
     for (i, name) in acts.into_iter().enumerate() {
@@ -879,6 +902,14 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
                         6 => proto::gelu_chebyshev(c, &x, GeluForm::Tanh).await,
                         7 => proto::silu(c, &x).await,
                         8 => proto::silu_chebyshev(c, &x).await,
+                        9 | 10 => {
+                            let ring = Width::new(56).ok_or(Error::bug("ring"))?;
+                            if i == 9 {
+                                proto::gelu_chebyshev_into(c, &x, GeluForm::Erf, ring).await
+                            } else {
+                                proto::silu_chebyshev_into(c, &x, ring).await
+                            }
+                        }
                         _ => proto::tanh(c, &x).await,
                     }
                 }

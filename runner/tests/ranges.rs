@@ -170,3 +170,50 @@ fn the_shipped_and_real_models_pass_the_check() {
         assert!(peaks.norm_input > 0.0 && peaks.logits > 0.0);
     }
 }
+
+#[test]
+fn rotated_queries_and_mlp_products_have_ranges_of_their_own() {
+    use puma_layers::nn::{ActivationPeaks, DecoderArch};
+    let m = puma_runner::llama::load_model(Path::new(puma_runner::llama::TINY_MODEL_DIR)).unwrap();
+    let (fx, settings) = (FixedPoint::default(), SecureSettings::default());
+    let spec = m.config.spec().unwrap();
+    // Queries and keys are truncated at 3f fractional bits after the rotation: ±2^(62 − 3f).
+    let peaks = ActivationPeaks {
+        rotated: 300.0,
+        ..ActivationPeaks::default()
+    };
+    let v = peaks.violation(&spec, &settings, fx).expect("a violation");
+    assert_eq!(
+        v.tensor,
+        "rotated queries and keys on the calibration input"
+    );
+    assert_eq!(v.limit, 256.0);
+    // The MLP's products after the activation are summed in Z_2^56: ±2^(56 − 2 − 2f).
+    let peaks = ActivationPeaks {
+        mlp_products: 3e5,
+        ..ActivationPeaks::default()
+    };
+    let v = peaks.violation(&spec, &settings, fx).expect("a violation");
+    assert_eq!(
+        v.tensor,
+        "MLP products (after the activation) on the calibration input"
+    );
+    assert_eq!(v.limit, 262_144.0);
+    // Found by calibration: query weights scaled up push the rotated queries out of range
+    // before the scores leave theirs.
+    let mut scaled = m.clone();
+    scaled.weights.layers[0].wq *= 200.0;
+    let v = decoder_range_check(
+        &scaled.config,
+        &Arc::new(scaled.weights.clone()),
+        &settings,
+        fx,
+    )
+    .unwrap()
+    .expect("a violation");
+    assert_eq!(
+        v.tensor, "rotated queries and keys on the calibration input",
+        "{v}"
+    );
+    assert!(v.value >= 256.0, "{v}");
+}

@@ -582,6 +582,12 @@ const CHEB_COEFF_BITS: u32 = 20;
 /// factor is off by at most 2·2^−20 and multiplies Q (within [−1, 1.9]) or T_2 (within
 /// ±1), so the piece moves by at most 2^−19·2.9 = 5.5e-6.
 const GELU_FINAL_CUT: u32 = 18;
+/// The ring in which [`gelu_chebyshev`] makes its powers w, T_2 and Q: the final sum
+/// reads them mod 2^([`GELU_FINAL_SUM_BITS`] + [`GELU_FINAL_CUT`]) = 2^61 only, through
+/// its cut factors and linear part, and they stay far inside it (T_2 and Q are products
+/// below 2^40 raw before their truncation, within ±2^59). Each bit below 64 saves 5 bits
+/// of a product's output and costs 2 of its input.
+const GELU_POWER_RING_BITS: u32 = GELU_FINAL_SUM_BITS + GELU_FINAL_CUT;
 /// The ring of [`gelu_chebyshev`]'s final sum, at 56 − [`GELU_FINAL_CUT`] = 38 fractional
 /// bits: the piece x/2 + E(x) stays within ±8 wherever it is selected (|x| < 4.1875), so
 /// 38 + 3 bits and the truncation's two spare bits suffice. The sum is known mod
@@ -600,7 +606,7 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// ±2^(f+13).
 const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 
-/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 68 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 67 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
 /// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
@@ -641,13 +647,14 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18
-/// bits), 2·99 (B2A into Z_2^33), w (192 + 4·25 = 292), T_2 (192 + 4·17 = 260), Q (192 +
-/// 4·21 = 276), the final fused products, their second factors and the linear part cut
-/// locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33 (2·43 + 33 + 4·10
-/// = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1875** (1905 with the final
-/// sum in Z_2^64, 2184 with the join over Z_2^64 in 9 rounds; 2764 for
-/// [`gelu_precise`]); **Bytes**: 1875·n/24 per party = 78.125 per element (exact for n
-/// divisible by 24).
+/// bits), 2·99 (B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
+/// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
+/// ([`GELU_POWER_RING_BITS`]), the final fused products, their second factors and the
+/// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33
+/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1842** (1905
+/// with the powers and the final sum over Z_2^64, 2184 with the join over Z_2^64 in 9
+/// rounds; 2764 for [`gelu_precise`]); **Bytes**: 1842·n/24 per party = 76.75 per
+/// element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -662,7 +669,7 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 /// result is GeLU(x) as a signed value mod 2^m.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
-/// [`gelu_chebyshev`] with the lift at 2·33 + m + 4·(m − 33): 1835 for m = 56.
+/// [`gelu_chebyshev`] with the lift at 2·33 + m + 4·(m − 33): 1802 for m = 56.
 ///
 /// # Errors
 /// As [`gelu_chebyshev`], and `Misuse` unless m is above the join ring's f + 15 bits.
@@ -714,15 +721,23 @@ pub async fn gelu_chebyshev_into(
     let branch_b = async {
         let c = &mut cbx;
         // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
-        let w = super::mul::mul_trunc(c, x, &x.scale(k_scale), 2 * f + s - p).await?;
+        // The powers are only read mod 2^GELU_POWER_RING_BITS (see there).
+        let pr = Width::new(GELU_POWER_RING_BITS).ok_or(Error::bug("power ring"))?;
+        let w = super::mul::mul_trunc_in(c, x, &x.scale(k_scale), 2 * f + s - p, (Width::W64, pr))
+            .await?;
         let w = w.add_public_scalar(one.wrapping_neg());
         // 2w² at p bits, then T_2 = 2w² − 1.
-        let t2 = super::mul::square_trunc(c, &w, p - 1).await?;
+        let t2 = super::mul::square_trunc_in(c, &w, p - 1, (pr, pr)).await?;
         let t2 = t2.add_public_scalar(one.wrapping_neg());
         // Q = T_2·(8T_2 + 8a·w)/8 at p bits (8a is an integer).
-        let q_share =
-            super::mul::mul_trunc(c, &t2, &lincomb(&[(&t2, 8), (&w, a8 as u64)], 0)?, p + 3)
-                .await?;
+        let q_share = super::mul::mul_trunc_in(
+            c,
+            &t2,
+            &lincomb(&[(&t2, 8), (&w, a8 as u64)], 0)?,
+            p + 3,
+            (pr, pr),
+        )
+        .await?;
         // Σ k_i·(basis)_i at 2p + q bits: the products' local cross terms, then the linear
         // part and x/2, all reshared and truncated to f bits at once.
         let bq = lincomb(&[(&w, kb[1]), (&t2, kb[2]), (&q_share, kb[3])], 0)?;
@@ -885,16 +900,22 @@ const SILU_RANGE_CUT: u64 = 183;
 /// 17 bits keep each comparison at 5 rounds (R_LT(17) = 5).
 const SILU_CMP_RING_BITS: u32 = 17;
 /// Bits that [`silu_chebyshev`] cuts locally from its final products' second factors
-/// (from p + q = 42 to 20 fractional bits) and from its linear part (60 to 38): the
-/// final sum, at 38 fractional bits with |G| < 4, is then summed and sent in Z_2^42
-/// instead of Z_2^64. Each cut factor is off by at most 2·2^−20 and multiplies T_4 or
-/// Q (both within ±1), so G moves by at most 4·2^−20 = 3.8e-6.
-const SILU_FINAL_CUT: u32 = 22;
+/// (from p + q = 42 to 22 fractional bits) and from its linear part (60 to 40): the
+/// final sum, at 40 fractional bits with |G| < 1, is then summed and sent in Z_2^42
+/// ([`SILU_FINAL_SUM_BITS`]) instead of Z_2^64. Each cut factor is off by at most
+/// 2·2^−22 and multiplies T_4 or Q (both within ±1), so G moves by at most 2^−20 = 9.5e-7.
+const SILU_FINAL_CUT: u32 = 20;
+/// The ring of [`silu_chebyshev`]'s final sum (see [`SILU_FINAL_CUT`]).
+const SILU_FINAL_SUM_BITS: u32 = 42;
+/// The ring in which [`silu_chebyshev`] makes v, {a_3, T_2²} and Q: the final sum reads
+/// them mod 2^([`SILU_FINAL_SUM_BITS`] + [`SILU_FINAL_CUT`]) = 2^62 only, and they stay
+/// far inside it (every product below 2^50 raw before its truncation).
+const SILU_POWER_RING_BITS: u32 = SILU_FINAL_SUM_BITS + SILU_FINAL_CUT;
 /// Bits above the f fractional bits of [`silu_chebyshev`]'s join ring Z_2^(f+2), in which
 /// r·G is taken before its lift to Z_2^64: |G| < 0.3 wherever r = 1, within ±2^f.
 const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2434 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2406 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -914,9 +935,10 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// f + 6 fractional bits; {a_3 = z·T_2, T_2²} (2, truncated to 18 bits), T_4 = 2T_2² − 1;
 /// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
 /// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
-/// the second factors cut locally to 20 fractional bits and the linear part to 38
+/// the second factors cut locally to 22 fractional bits and the linear part to 40
 /// ([`SILU_FINAL_CUT`]), summed in Z_2^42 and truncated to f bits at once (2): rounds 9 to
-/// 14. G is truncated into the join ring Z_2^(f+2), where its 2^(42−20)-weighted wrap
+/// 14. v and the powers are made in Z_2^62 ([`SILU_POWER_RING_BITS`]), all the final sum
+/// reads. G is truncated into the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap
 /// vanishes, so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut
 /// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
 /// Join: y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted
@@ -925,20 +947,21 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 ///
 /// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
 /// 5e-4, [−12, 12] in steps of 2^-12, LLaMA-like gate inputs, the cuts, values out to
-/// ±4095.8): max |y − SiLU(x)| 1.49e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
-/// costs g(11.4375) = 1.23e-4; the final sum's cut factors at most 3.8e-6). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
+/// ±4095.8): max |y − SiLU(x)| 1.46e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
+/// costs g(11.4375) = 1.23e-4; the final sum's cut factors at most 9.5e-7). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
 /// x ≥ 11.5625. **Range**: |x| < 4095.875 (the comparisons in Z_2^17; the softmax-based
 /// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
 /// harmlessly, since r is exactly 0 there.
 ///
 /// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
 /// Z_2^17), 192 (the sign's two-round B2A) + 80 (the range bit's, into Z_2^20), 192
-/// (s·x), v (192 + 4·23 = 284), {a_3, T_2²} (2·(192 + 4·30) = 624), Q (192 + 4·18 =
-/// 264), the final fused products summed in Z_2^42 and truncated by 20 into Z_2^20
-/// (2·42 + 20 = 104) and the join's lift (2·20 + 64 + 4·44 = 280): **2434** (2542 in 15
-/// rounds with the one-round B2A and the final sum in Z_2^64, 2778 with the join over
-/// Z_2^64; 13,176 for the softmax-based SiLU); **Bytes**: 2434·n/24 per party = 101.42 per
-/// element (exact for n divisible by 24).
+/// (s·x), v (from Z_2^64 into Z_2^62: 128 + 62 + 4·21 = 274), {a_3, T_2²} (in Z_2^62:
+/// 2·(124 + 62 + 4·30) = 612), Q (124 + 62 + 4·18 = 258), the final fused products summed
+/// in Z_2^42 and truncated by 22 into Z_2^20 (2·42 + 20 = 104) and the join's lift
+/// (2·20 + 64 + 4·44 = 280): **2406** (2542 in 15 rounds with the one-round B2A and the
+/// powers and final sum over Z_2^64, 2778 with the join over Z_2^64; 13,176 for the
+/// softmax-based SiLU); **Bytes**: 2406·n/24 per party = 100.25 per element (exact for n
+/// divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
@@ -953,7 +976,7 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
 /// SiLU(x) as a signed value mod 2^m.
 ///
 /// Rounds: 16. Bits per element, summed over the parties (f = 18): those of
-/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2394 for m = 56.
+/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2366 for m = 56.
 ///
 /// # Errors
 /// As [`silu_chebyshev`], and `Misuse` unless m is above the join ring's f + 2 bits.
@@ -1015,7 +1038,9 @@ pub async fn silu_chebyshev_into(
     };
     let (vk, vs) = SILU_V_SCALE;
     let x_vk = x.scale(vk);
-    let v = super::mul::mul_trunc(&mut cv, x, &x_vk, 2 * f + vs - pz);
+    // The powers are only read mod 2^SILU_POWER_RING_BITS (see there).
+    let pr = Width::new(SILU_POWER_RING_BITS).ok_or(Error::bug("power ring"))?;
+    let v = super::mul::mul_trunc_in(&mut cv, x, &x_vk, 2 * f + vs - pz, (Width::W64, pr));
     let (sx, v) = try_join(sign, v).await?;
     let relu = x.sub(&sx)?;
     let t = relu.sub(&sx)?;
@@ -1038,16 +1063,17 @@ pub async fn silu_chebyshev_into(
             (3 * one_z).wrapping_neg(),
         )?;
         // a_3 = z·T_2 and T_2² together, at p bits.
-        let both = super::mul::mul_trunc(
+        let both = super::mul::mul_trunc_in(
             c,
             &Shares::concat(&[&z, &t2])?,
             &Shares::concat(&[&t2, &t2])?,
             2 * pz - p,
+            (pr, pr),
         )
         .await?;
         let (a3, sq) = both.split_at(n)?;
         let t4 = sq.scale(2).add_public_scalar(one_p.wrapping_neg());
-        let q4 = super::mul::square_trunc(c, &t4, p).await?;
+        let q4 = super::mul::square_trunc_in(c, &t4, p, (pr, pr)).await?;
         // G at 2p + q bits: the two products' local cross terms plus the linear part, then
         // one reshare with the truncation to f bits.
         let lin = lincomb(
@@ -1074,7 +1100,7 @@ pub async fn silu_chebyshev_into(
         for ((zk, qk), lk) in zs.iter_mut().zip(&zq).zip(lin.a()) {
             *zk = zk.wrapping_add(*qk).wrapping_add(*lk);
         }
-        let sum_ring = Width::new(64 - SILU_FINAL_CUT).ok_or(Error::bug("final ring"))?;
+        let sum_ring = Width::new(SILU_FINAL_SUM_BITS).ok_or(Error::bug("final ring"))?;
         super::reshare_trunc_narrow(c, zs, sum_ring, big - SILU_FINAL_CUT - f, ring).await
     };
     let (bits, g) = try_join(range, poly).await?;

@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::{Shares, Summands, chunk_sums};
 
-use super::{reshare, reshare_in, reshare_trunc};
+use super::{reshare, reshare_in, reshare_trunc, reshare_trunc_narrow};
 
 /// Elementwise product `x ⊙ y` over Z_2^64 (ABY3 §2).
 ///
@@ -78,6 +78,35 @@ pub(crate) async fn mul_trunc(
         return Err(Error::misuse("mul of vectors of different lengths"));
     }
     reshare_trunc(ctx, cross_terms(x, y), d).await
+}
+
+/// [`mul_trunc`] between chosen rings: the product summed in Z_2^k (k = `input`; the
+/// factors need only be known mod 2^k) and truncated into Z_2^m (m = `output`), for a
+/// chain of products whose values need fewer than 64 bits ([`super::gelu`]'s powers):
+/// within {0, +1} of ⌊x·y/2^d⌋ mod 2^m while |x·y| < 2^(k−2) raw.
+///
+/// Rounds: 2. Bits per element (three parties): 2k + m + 4·max(0, m − k + d).
+pub(crate) async fn mul_trunc_in(
+    ctx: &mut Ctx,
+    x: &Shares,
+    y: &Shares,
+    d: u32,
+    (input, output): (Width, Width),
+) -> Result<Shares, Error> {
+    if x.len() != y.len() {
+        return Err(Error::misuse("mul of vectors of different lengths"));
+    }
+    reshare_trunc_narrow(ctx, cross_terms(x, y), input, d, output).await
+}
+
+/// [`square_trunc`] between chosen rings, as [`mul_trunc_in`].
+pub(crate) async fn square_trunc_in(
+    ctx: &mut Ctx,
+    x: &Shares,
+    d: u32,
+    (input, output): (Width, Width),
+) -> Result<Shares, Error> {
+    reshare_trunc_narrow(ctx, square_terms(x), input, d, output).await
 }
 
 /// `x ⊙ x` truncated by `d` bits, fused as [`mul_trunc`]. Rounds: 2.
