@@ -199,10 +199,21 @@ fn rotated_queries_and_mlp_products_have_ranges_of_their_own() {
         "MLP products (after the activation) on the calibration input"
     );
     assert_eq!(v.limit, 262_144.0);
-    // Found by calibration: query weights scaled up push the rotated queries out of range
-    // before the scores leave theirs.
+    // Found by calibration: query and key weights scaled up push the rotated queries and
+    // keys out of range, which the check names before the scores that follow from them.
+    let ids = calibration_ids(m.config.vocab_size, m.config.max_position_embeddings);
+    let base = m
+        .config
+        .activation_peaks(&Arc::new(m.weights.clone()), &ids)
+        .unwrap()
+        .expect("peaks");
+    assert!(base.rotated > 0.0);
+    let factor = 300.0 / base.rotated;
     let mut scaled = m.clone();
-    scaled.weights.layers[0].wq *= 200.0;
+    for layer in &mut scaled.weights.layers {
+        layer.wq *= factor;
+        layer.wk *= factor;
+    }
     let v = decoder_range_check(
         &scaled.config,
         &Arc::new(scaled.weights.clone()),
@@ -216,4 +227,5 @@ fn rotated_queries_and_mlp_products_have_ranges_of_their_own() {
         "{v}"
     );
     assert!(v.value >= 256.0, "{v}");
+    assert_eq!(v.protocol, "Fused truncation");
 }

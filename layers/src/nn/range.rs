@@ -173,7 +173,8 @@ impl ActivationPeaks {
             (Activation::Silu, SiluApprox::Piecewise) => (8186.0, "SiLU"),
             (Activation::Gelu(_), _) => (8187.875, "GeLU"),
         };
-        // A product's raw value must stay below 2^62: 2^(62 − 2f) in real terms.
+        // A product's raw value must stay below 2^62: 2^(62 − 2f) in real terms. In the
+        // order of the dataflow, so that the first range left is named.
         let product_limit = 2f64.powi(62 - 2 * fx.frac_bits() as i32);
         [
             (
@@ -182,6 +183,13 @@ impl ActivationPeaks {
                 self.norm_input,
                 norm_limit,
                 norm,
+            ),
+            (
+                "rotated queries and keys",
+                "max |q|, |k|",
+                self.rotated,
+                2f64.powi(62 - 3 * fx.frac_bits() as i32),
+                "Fused truncation",
             ),
             (
                 "attention scores",
@@ -209,14 +217,7 @@ impl ActivationPeaks {
                 "max |y|",
                 self.mlp_products,
                 2f64.powi(MLP_RING_BITS as i32 - 2 - 2 * fx.frac_bits() as i32),
-                "Narrow truncation",
-            ),
-            (
-                "rotated queries and keys",
-                "max |q|, |k|",
-                self.rotated,
-                2f64.powi(62 - 3 * fx.frac_bits() as i32),
-                "Rotary embedding",
+                "Narrow truncation and lift",
             ),
         ]
         .into_iter()
