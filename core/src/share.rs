@@ -805,6 +805,31 @@ mod tests {
     use alloc::{format, vec};
 
     #[test]
+    fn summands_map_locally_refuse_misuse_and_hide_their_words() {
+        let p = PartyId::P1;
+        let s = Summands::new(p, vec![5, 7, 11]);
+        let g = s.gather(&[2, 0]).unwrap();
+        assert_eq!(g.v, vec![11, 5]);
+        assert_eq!(
+            g.mul_public(&[3, u64::MAX]).unwrap().v,
+            vec![33, 5u64.wrapping_neg()]
+        );
+        assert_eq!(s.add(&s).unwrap().v, vec![10, 14, 22]);
+        let y = Shares::from_parts(p, vec![1, 2, 3], vec![100, 200, 300]);
+        assert_eq!(s.add_shares(&y, 4).unwrap().v, vec![9, 15, 23]);
+        assert_eq!(
+            Summands::concat(&[&g, &s]).unwrap().v,
+            vec![11, 5, 5, 7, 11]
+        );
+        assert!(s.gather(&[3]).is_err());
+        assert!(s.mul_public(&[1]).is_err());
+        assert!(s.add(&g).is_err());
+        assert!(s.add(&Summands::new(PartyId::P2, vec![0; 3])).is_err());
+        assert!(Summands::concat(&[]).is_err());
+        assert_eq!(format!("{s:?}"), "Summands { party: P1, len: 3 }");
+    }
+
+    #[test]
     fn wipe_zeroes_every_page_that_held_a_value() {
         let mut w = vec![0u64; 5 * WIPE_PAGE_WORDS + 7];
         w[2 * WIPE_PAGE_WORDS + 3] = 0xDEAD;

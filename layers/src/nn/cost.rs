@@ -14,10 +14,9 @@ pub enum LayerKind {
     LayerNorm,
     /// RMSNorm.
     RmsNorm,
-    /// Linear layers (weight and optional bias).
+    /// Linear layers (weight and optional bias), with the rotary embedding of queries and
+    /// keys, which applies to their projection's summands.
     Linear,
-    /// Rotary position embedding of queries and keys.
-    Rope,
     /// The batched product of attention's queries and keys (the scores).
     AttentionMatmul,
     /// Softmax over the attention scores, with the product of its unnormalised weights and
@@ -46,7 +45,6 @@ impl LayerKind {
             LayerKind::LayerNorm => "layernorm",
             LayerKind::RmsNorm => "rmsnorm",
             LayerKind::Linear => "linear",
-            LayerKind::Rope => "rope",
             LayerKind::AttentionMatmul => "attention matmul",
             LayerKind::Softmax => "softmax",
             LayerKind::Gelu => "gelu",
