@@ -583,12 +583,12 @@ const CHEB_COEFF_BITS: u32 = 20;
 /// ±1), so the piece moves by at most 2^−19·2.9 = 5.5e-6.
 const GELU_FINAL_CUT: u32 = 18;
 /// The ring in which [`gelu_chebyshev`] makes its powers w, T_2 and Q: the final sum
-/// reads them mod 2^([`GELU_FINAL_SUM_BITS`] + [`GELU_FINAL_CUT`]) = 2^61 only, through
+/// reads them mod 2^(`GELU_FINAL_SUM_BITS` + `GELU_FINAL_CUT`) = 2^61 only, through
 /// its cut factors and linear part, and they stay far inside it (T_2 and Q are products
 /// below 2^40 raw before their truncation, within ±2^59). Each bit below 64 saves 5 bits
 /// of a product's output and costs 2 of its input.
 const GELU_POWER_RING_BITS: u32 = GELU_FINAL_SUM_BITS + GELU_FINAL_CUT;
-/// The ring of [`gelu_chebyshev`]'s final sum, at 56 − [`GELU_FINAL_CUT`] = 38 fractional
+/// The ring of [`gelu_chebyshev`]'s final sum, at 56 − `GELU_FINAL_CUT` = 38 fractional
 /// bits: the piece x/2 + E(x) stays within ±8 wherever it is selected (|x| < 4.1875), so
 /// 38 + 3 bits and the truncation's two spare bits suffice. The sum is known mod
 /// 2^(64 − cut) = 2^46, more than it needs.
@@ -641,7 +641,7 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±8187.8): max |err| vs the
 /// exact form 1.24e-4 for `Erf` (bounded by the cut at ±4, 4·Φ(−4) = 1.27e-4; fit 6.2e-5)
 /// and 9.2e-5 for `Tanh` (fit 7.3e-5, cut 7e-5; the final sum's cut factors add at most
-/// 5.5e-6, [`GELU_FINAL_CUT`]). Outputs are exactly 0 for x < −4.125
+/// 5.5e-6, `GELU_FINAL_CUT`). Outputs are exactly 0 for x < −4.125
 /// and exactly x for x ≥ 4.1875. **Range**: |x| < 8187.875 (the comparisons; 0.125
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
@@ -649,7 +649,7 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18
 /// bits), 2·99 (B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
 /// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
-/// ([`GELU_POWER_RING_BITS`]), the final fused products, their second factors and the
+/// (`GELU_POWER_RING_BITS`), the final fused products, their second factors and the
 /// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33
 /// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1842** (1905
 /// with the powers and the final sum over Z_2^64, 2184 with the join over Z_2^64 in 9
@@ -902,13 +902,13 @@ const SILU_CMP_RING_BITS: u32 = 17;
 /// Bits that [`silu_chebyshev`] cuts locally from its final products' second factors
 /// (from p + q = 42 to 22 fractional bits) and from its linear part (60 to 40): the
 /// final sum, at 40 fractional bits with |G| < 1, is then summed and sent in Z_2^42
-/// ([`SILU_FINAL_SUM_BITS`]) instead of Z_2^64. Each cut factor is off by at most
+/// (`SILU_FINAL_SUM_BITS`) instead of Z_2^64. Each cut factor is off by at most
 /// 2·2^−22 and multiplies T_4 or Q (both within ±1), so G moves by at most 2^−20 = 9.5e-7.
 const SILU_FINAL_CUT: u32 = 20;
-/// The ring of [`silu_chebyshev`]'s final sum (see [`SILU_FINAL_CUT`]).
+/// The ring of [`silu_chebyshev`]'s final sum (see `SILU_FINAL_CUT`).
 const SILU_FINAL_SUM_BITS: u32 = 42;
 /// The ring in which [`silu_chebyshev`] makes v, {a_3, T_2²} and Q: the final sum reads
-/// them mod 2^([`SILU_FINAL_SUM_BITS`] + [`SILU_FINAL_CUT`]) = 2^62 only, and they stay
+/// them mod 2^(`SILU_FINAL_SUM_BITS` + `SILU_FINAL_CUT`) = 2^62 only, and they stay
 /// far inside it (every product below 2^50 raw before its truncation).
 const SILU_POWER_RING_BITS: u32 = SILU_FINAL_SUM_BITS + SILU_FINAL_CUT;
 /// Bits above the f fractional bits of [`silu_chebyshev`]'s join ring Z_2^(f+2), in which
@@ -936,8 +936,8 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
 /// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
 /// the second factors cut locally to 22 fractional bits and the linear part to 40
-/// ([`SILU_FINAL_CUT`]), summed in Z_2^42 and truncated to f bits at once (2): rounds 9 to
-/// 14. v and the powers are made in Z_2^62 ([`SILU_POWER_RING_BITS`]), all the final sum
+/// (`SILU_FINAL_CUT`), summed in Z_2^42 and truncated to f bits at once (2): rounds 9 to
+/// 14. v and the powers are made in Z_2^62 (`SILU_POWER_RING_BITS`), all the final sum
 /// reads. G is truncated into the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap
 /// vanishes, so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut
 /// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.

@@ -91,8 +91,8 @@ pub(crate) async fn reshare_trunc_narrow(
 /// Finishes a product from its summands: replicated shares of ⌊X/2^d⌋ (+1) mod
 /// 2^`output`, where X is the sum of the three parties' [`Summands`] read mod 2^`input`
 /// (bits above are ignored, so factors known only mod 2^`input` may have made them) as a
-/// signed value with −2^(k−2) ≤ X < 2^(k−2), k = `input`. The fused truncation of
-/// [`reshare_trunc`] with both rings chosen (docs/PROTOCOLS.md, Fused truncation; Narrow
+/// signed value with −2^(k−2) ≤ X < 2^(k−2), k = `input`. The fused truncation behind
+/// [`mul_fixed`](super::mul_fixed) with both rings chosen (docs/PROTOCOLS.md, Fused truncation; Narrow
 /// truncation and lift).
 ///
 /// **Error bound**: ⌊X/2^d⌋ or ⌊X/2^d⌋ + 1 mod 2^`output` in that range; outside it,
