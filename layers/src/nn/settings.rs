@@ -10,9 +10,10 @@ pub enum GeluApprox {
     /// A piecewise polynomial of PUMA's shape and cost (8 rounds): [`GeluFit::PUMA`] (max
     /// error 0.0199) or [`GeluFit::MINIMAX`] (1.75e-3).
     Piecewise(GeluFit),
-    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (10 rounds, 1905 bits
-    /// per element, max error ≤ 1.3e-4): needed for logits within 2e-2 of plaintext on
-    /// trained checkpoints.
+    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (10 rounds; 1802 bits
+    /// per element as the MLP evaluates it, lifted into its Z_2^56 by
+    /// [`puma_core::proto::gelu_chebyshev_into`]; max error ≤ 1.3e-4): needed for logits
+    /// within 2e-2 of plaintext on trained checkpoints.
     Precise,
 }
 
@@ -22,9 +23,10 @@ pub enum SiluApprox {
     /// [`puma_core::proto::silu`]: PUMA-shaped piecewise polynomial (8 rounds), max error
     /// 0.0148 and 0.014 already at x = 0 — too coarse for small activations.
     Piecewise,
-    /// [`puma_core::proto::silu_chebyshev`] (15 rounds, 2542 bits per element, max error
-    /// 1.5e-4, exactly 0 or x beyond |x| = 11.57): needed for logits close to plaintext on
-    /// trained checkpoints.
+    /// [`puma_core::proto::silu_chebyshev`] (16 rounds; 2366 bits per element as the gated
+    /// MLP evaluates it, lifted into its Z_2^56 by
+    /// [`puma_core::proto::silu_chebyshev_into`]; max error 1.5e-4, exactly 0 or x beyond
+    /// |x| = 11.57): needed for logits close to plaintext on trained checkpoints.
     Precise,
 }
 
