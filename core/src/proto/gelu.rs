@@ -103,6 +103,48 @@ fn fused_cross_terms(terms: &[(&Shares, &Shares)]) -> Result<Vec<u64>, Error> {
     Ok(z)
 }
 
+/// The final step of [`gelu_chebyshev`] and [`silu_chebyshev`]: Σ_k x_k·y_k + l, all at
+/// `frac` fractional bits, truncated to f bits into `output`. The second factors y_k and
+/// the linear part l are first cut locally by `cut` bits (every component shifted right:
+/// sharings mod 2^(64 − cut), off by at most two units of the cut grid), so that the sum,
+/// at `frac` − `cut` bits, is summed and sent in Z_2^`sum_bits` (docs/PROTOCOLS.md,
+/// Narrow truncation and lift). The caller keeps the exact sum within ±2^(sum_bits − 2).
+///
+/// Rounds: 2. Bits per element: 2·sum_bits + m + 4·max(0, m − sum_bits + d), m the
+/// output's bits and d = `frac` − `cut` − f.
+///
+/// # Errors
+/// `Misuse` for mismatched lengths or a truncation outside the sum's ring; `Protocol` if
+/// a message is malformed.
+async fn cut_fused_sum(
+    ctx: &mut Ctx,
+    products: &[(&Shares, &Shares)],
+    linear: &Shares,
+    frac: u32,
+    (cut, sum_bits): (u32, u32),
+    output: Width,
+) -> Result<Shares, Error> {
+    let factors: Vec<Shares> = products
+        .iter()
+        .map(|(_, y)| shift_components(y, cut))
+        .collect();
+    let terms: Vec<(&Shares, &Shares)> = products
+        .iter()
+        .zip(&factors)
+        .map(|((x, _), y)| (*x, y))
+        .collect();
+    let mut z = fused_cross_terms(&terms)?;
+    for (zk, lk) in z.iter_mut().zip(shift_components(linear, cut).a()) {
+        *zk = zk.wrapping_add(*lk);
+    }
+    let f = ctx.fixed().frac_bits();
+    let d = frac
+        .checked_sub(cut + f)
+        .ok_or(Error::bug("final sum below f fractional bits"))?;
+    let ring = Width::new(sum_bits).ok_or(Error::bug("final sum ring"))?;
+    super::reshare_trunc_narrow(ctx, z, ring, d, output).await
+}
+
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
 /// as one vector per breakpoint, over Z_2^64 or the narrower `ring`: one batched MSB over
 /// the concatenation, then one B2A into `ring`.
@@ -746,20 +788,8 @@ pub async fn gelu_chebyshev_into(
             &[(x, half_x), (&w, ka[1]), (&t2, ka[2]), (&q_share, ka[3])],
             ka[0],
         )?;
-        // The second factors and the linear part cut locally by GELU_FINAL_CUT bits, so
-        // that the sum is sent in Z_2^GELU_FINAL_SUM_BITS.
-        let (bq, bt) = (
-            shift_components(&bq, GELU_FINAL_CUT),
-            shift_components(&bt, GELU_FINAL_CUT),
-        );
-        let a_part = shift_components(&a_part, GELU_FINAL_CUT);
-        let mut z = super::mul::cross_terms(&q_share, &bq);
-        let zt = super::mul::cross_terms(&t2, &bt);
-        for ((zk, tk), ak) in z.iter_mut().zip(&zt).zip(a_part.a()) {
-            *zk = zk.wrapping_add(*tk).wrapping_add(*ak);
-        }
-        let sum_ring = Width::new(GELU_FINAL_SUM_BITS).ok_or(Error::bug("final ring"))?;
-        super::reshare_trunc_narrow(c, z, sum_ring, big - GELU_FINAL_CUT - f, ring).await
+        let cut = (GELU_FINAL_CUT, GELU_FINAL_SUM_BITS);
+        cut_fused_sum(c, &[(&q_share, &bq), (&t2, &bt)], &a_part, big, cut, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
     join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring, output).await
@@ -1088,20 +1118,8 @@ pub async fn silu_chebyshev_into(
         )?;
         let bm = lincomb(&[(&z, km[0]), (&t2, km[1]), (&a3, km[2])], 0)?;
         let bn = lincomb(&[(&z, kn[0]), (&t2, kn[1]), (&a3, kn[2]), (&t4, kn[3])], 0)?;
-        // The second factors and the linear part cut locally by SILU_FINAL_CUT bits: the
-        // sum then lives in Z_2^(64 − cut), whose halves are shorter.
-        let (bm, bn) = (
-            shift_components(&bm, SILU_FINAL_CUT),
-            shift_components(&bn, SILU_FINAL_CUT),
-        );
-        let lin = shift_components(&lin, SILU_FINAL_CUT);
-        let mut zs = super::mul::cross_terms(&t4, &bm);
-        let zq = super::mul::cross_terms(&q4, &bn);
-        for ((zk, qk), lk) in zs.iter_mut().zip(&zq).zip(lin.a()) {
-            *zk = zk.wrapping_add(*qk).wrapping_add(*lk);
-        }
-        let sum_ring = Width::new(SILU_FINAL_SUM_BITS).ok_or(Error::bug("final ring"))?;
-        super::reshare_trunc_narrow(c, zs, sum_ring, big - SILU_FINAL_CUT - f, ring).await
+        let cut = (SILU_FINAL_CUT, SILU_FINAL_SUM_BITS);
+        cut_fused_sum(c, &[(&t4, &bm), (&q4, &bn)], &lin, big, cut, ring).await
     };
     let (bits, g) = try_join(range, poly).await?;
     let r = bits.first().ok_or(Error::bug("one range bit"))?;

@@ -91,11 +91,7 @@ impl Linear {
     pub async fn summands(&self, ctx: &Ctx, x: &Shares, rows: usize) -> Result<Summands, Error> {
         let s = proto::matmul_summands(ctx, x, &self.w, rows, self.k, self.n).await?;
         match &self.b {
-            Some(b) => {
-                let f = ctx.fixed().frac_bits();
-                let idx: Vec<usize> = (0..rows * self.n).map(|i| i % self.n.max(1)).collect();
-                s.add_shares(&b.gather(&idx)?, 1u64 << f)
-            }
+            Some(b) => s.add_shares(&tile_rows(b, rows)?, 1u64 << ctx.fixed().frac_bits()),
             None => Ok(s),
         }
     }
@@ -106,7 +102,12 @@ impl Linear {
 /// # Errors
 /// `Misuse` if the lengths do not match.
 pub fn add_rows(x: &Shares, v: &Shares, rows: usize) -> Result<Shares, Error> {
+    x.add(&tile_rows(v, rows)?)
+}
+
+/// The shared vector `v` repeated as each of `rows` rows (local).
+fn tile_rows(v: &Shares, rows: usize) -> Result<Shares, Error> {
     let n = v.len();
     let idx: Vec<usize> = (0..rows * n).map(|i| i % n.max(1)).collect();
-    x.add(&v.gather(&idx)?)
+    v.gather(&idx)
 }
