@@ -12,8 +12,8 @@ use crate::share::Shares;
 
 use super::gelu::{encode_at, lincomb};
 use super::maxpool::{Compare, MaxMethod, max_segments};
-use super::mul::{cross_terms, mul_trunc, square_trunc};
-use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc, trunc};
+use super::mul::{cross_terms, mul_trunc, mul_trunc_in, square_trunc, square_trunc_in};
+use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc_narrow, trunc_in};
 
 /// Ring width k' of the comparisons in [`neg_exp_with`] and in the row maxima of the
 /// softmax functions: 32 bits. [`neg_exp_with`] is exact on its branch while
@@ -171,10 +171,11 @@ impl ExpApprox {
 /// element with role rotation), t = 8 3114, t = 9 3434. Taylor2 218 + 192 + 128 (x², fused
 /// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
 /// t = 4: **2150 bits**, t = 8: 3430;
-/// Minimax 218 + 192 + 5·(192 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
-/// 25 fused into its reshare) + 2·trunc(25) (B1, B2) + 192 + 4(50 − f) (P², fused) + 192
-/// (join) = **2710 bits** at f = 18 (≈ 113 bytes per party and element with role
-/// rotation; Taylor2 t = 8: 143; 2890 with the polynomial at 30 bits).
+/// Minimax 218 + 192 + 5·(3·53 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 25 fused into its reshare, all in Z_2^53) + 2·(53 + 4·25) (B1, B2) + 2·53 + 64 +
+/// 4(64 − 53 + 50 − f) (P², fused, out of Z_2^53) + 192 (join) = **2545 bits** at f = 18
+/// (≈ 106 bytes per party and element with role rotation; Taylor2 t = 8: 143; 2710 with
+/// the chain over Z_2^64).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -330,23 +331,33 @@ async fn squaring_chain(
 /// u² (rounds 1–2), {u³, u⁴} (3–4), u⁸ (5–6) alongside B1, B2 formed at 2p bits
 /// (coefficients at p bits) and truncated by p (5), then the cross terms of u⁴·B1 and
 /// u⁸·B2 plus A at 2p bits (coefficients at p bits, c0 at 2p) reshared and truncated to p
-/// bits in one (7–8), and P² truncated by 2p − f (9–10). Every |c_k| < 1/3 and |u| < 1,
-/// so all values stay below 2^61 raw, inside the truncations' range; truncation errors are
-/// 2^−25 each (below 9.5e-7 on P² in all, see [`MINIMAX_BITS`]).
+/// bits in one (7–8), and P² truncated by 2p − f (9–10). Truncation errors are 2^−25 each
+/// (below 9.5e-7 on P² in all, see [`MINIMAX_BITS`]).
+///
+/// Every |c_k| < 1/3 and, on the supported range x ∈ [−14, 0], |u| ≤ 7/8 and P ≤ 1, so
+/// every product and every B stays below 2^(2p+1) raw. The chain is therefore made in
+/// Z_2^(2p+3) (Z_2^53 at p = 25; docs/PROTOCOLS.md, Narrow truncation and lift): its
+/// powers and P are only read by later products of the chain, and only P² leaves it, into Z_2^64. Each truncation inside the chain sends
+/// 2·11 + 11 bits fewer (the halves and R1's word) and the B's 11 fewer; P², whose input
+/// is narrow and output wide, 22 more: 165 bits fewer per element. Inputs below −14 give
+/// garbage here, as over Z_2^64, and the cutoff's selector zeroes it exactly.
 async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<Shares, Error> {
     let p = MINIMAX_BITS.max(f + 3);
+    let ring = Width::new(2 * p + 3).ok_or(Error::bug("negExp chain ring"))?;
+    let chain = (ring, ring);
     let n = x.len();
     let k = ExpApprox::MINIMAX_COEFFS;
     let at = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
     let u = x
         .scale(1u64 << (p - 3 - f))
         .add_public_scalar(7u64 << (p - 3));
-    let u2 = square_trunc(c, &u, p).await?;
-    let l2 = mul_trunc(
+    let u2 = square_trunc_in(c, &u, p, chain).await?;
+    let l2 = mul_trunc_in(
         c,
         &Shares::concat(&[&u, &u2])?,
         &Shares::concat(&[&u2, &u2])?,
         p,
+        chain,
     )
     .await?;
     let (u3, u4) = l2.split_at(n)?;
@@ -365,8 +376,8 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<
     )?;
     let (mut c8, mut cb) = (c.fork(), c.fork());
     let (u8, bs) = try_join(
-        square_trunc(&mut c8, &u4, p),
-        trunc(&mut cb, &Shares::concat(&[&b1, &b2])?, p),
+        square_trunc_in(&mut c8, &u4, p, chain),
+        trunc_in(&mut cb, &Shares::concat(&[&b1, &b2])?, p, chain),
     )
     .await?;
     let (b1, b2) = bs.split_at(n)?;
@@ -378,8 +389,8 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<
     for ((zk, wk), ak) in z.iter_mut().zip(cross_terms(&u8, &b2)).zip(a.a()) {
         *zk = zk.wrapping_add(wk).wrapping_add(*ak);
     }
-    let poly = reshare_trunc(c, z, p).await?;
-    square_trunc(c, &poly, 2 * p - out).await
+    let poly = reshare_trunc_narrow(c, z, ring, p, ring).await?;
+    square_trunc_in(c, &poly, 2 * p - out, (ring, Width::W64)).await
 }
 
 /// Softmax of each row of a `rows × cols` row-major matrix with PUMA's negExp,
@@ -470,12 +481,12 @@ pub async fn softmax_rows(
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 169142 with cut keys: 496 comparisons of 319
-/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 2138; Minimax: 2694, 16
+/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 2138; Minimax: 2529, 16
 /// below [`neg_exp_with`]'s) + the row's reciprocal (n ≤ 32: 17419,
 /// [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 + 4(f + 16)) (final products with
 /// their truncations fused into the reshare: 328 per entry); n = 32, Puma t = 5:
 /// 216262 + 68416 + 17419 + 10496 = **312593 bits (39.1 KB) per row**; Minimax:
-/// 169142 + 86208 + 17419 + 10496 = **283265**; pinned in tests/softmax.rs and
+/// 169142 + 80928 + 17419 + 10496 = **277985**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs. Over several levels of cut keys, each B2A'd member costs
 /// 4·(k' − f + 5) bits instead of 256 and each group's sum 3·(k' − f + 5) instead of
 /// 192 (76 and 57 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
@@ -686,7 +697,7 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// f = 18 instead of 328 per probability) and the reciprocal at 12 extra bits (r at
 /// f + 8 from S at f + 4) instead of 16, plus the product with V (128 + 64 + 4(f + 4) =
 /// 280 per output); GPT-2's attention (12 × 32 causal rows over 32 keys, heads of 64):
-/// 158495.5 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
+/// 155773 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by

@@ -39,6 +39,32 @@ pub async fn trunc(ctx: &mut Ctx, x: &Shares, d: u32) -> Result<Shares, Error> {
     trunc_two_of_two(&mut ctx, x, plan).await
 }
 
+/// [`trunc`] between chosen rings: replicated shares of ⌊x/2^d⌋ (+1) mod 2^`output` for x
+/// read mod 2^`input` (its bits above are ignored), −2^(k−2) ≤ x < 2^(k−2) with
+/// k = `input`, for a value of a chain that is only known, and only needed, in narrow rings
+/// (docs/PROTOCOLS.md, Narrow truncation and lift).
+///
+/// **Error bound**: ⌊x/2^d⌋ or ⌊x/2^d⌋ + 1 mod 2^`output` in that range.
+///
+/// Rounds: 1. Bits per element, summed over the parties: m + 4·max(0, m − k + d) with
+/// m = `output`.
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` ≤ k − 2; `Protocol` if a message is malformed.
+pub(crate) async fn trunc_in(
+    ctx: &mut Ctx,
+    x: &Shares,
+    d: u32,
+    (input, output): (Width, Width),
+) -> Result<Shares, Error> {
+    if d == 0 {
+        return Err(Error::misuse("truncation bits must be positive"));
+    }
+    let plan = Plan::new(input, output, d)?;
+    let mut ctx = ctx.fork();
+    trunc_two_of_two(&mut ctx, x, plan).await
+}
+
 /// Reshare and truncate in one: turns a 3-of-3 additive sharing `z` (party i holds z_i, the
 /// local part of a product or a fused sum of products) into replicated shares of
 /// ⌊z/2^d⌋ (+1), without first building the replicated shares of z.
@@ -605,8 +631,14 @@ mod tests {
     #[test]
     fn truncation_from_a_narrow_ring_ignores_the_bits_above_it() {
         // SiLU's final sum: Z_2^42 shifted by 20 into 20 bits (no strings); GeLU's: Z_2^43
-        // by 20 into 33 bits (10-bit strings).
-        for (k, d, m, string_bits) in [(42u32, 20u32, 20u32, 0u64), (43, 20, 33, 10)] {
+        // by 20 into 33 bits (10-bit strings); negExp's chain: Z_2^53 by 25 within it
+        // (25-bit strings), and its P² by 32 out of it into Z_2^64 (43-bit strings).
+        for (k, d, m, string_bits) in [
+            (42u32, 20u32, 20u32, 0u64),
+            (43, 20, 33, 10),
+            (53, 25, 53, 25),
+            (53, 32, 64, 43),
+        ] {
             let input = Width::new(k).unwrap();
             let out = Width::new(m).unwrap();
             let xs = edges(k, 233);
@@ -633,6 +665,37 @@ mod tests {
                     "k = {k}, d = {d}: {x:#x} ↦ {got:#x}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn truncation_of_replicated_shares_in_a_narrow_ring_ignores_the_bits_above_it() {
+        // negExp's B1 and B2: Z_2^53 by 25 within it.
+        let (k, d) = (53u32, 25u32);
+        let ring = Width::new(k).unwrap();
+        let xs = edges(k, 233);
+        let noisy: Vec<u64> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| x.wrapping_add((i as u64 + 5).wrapping_mul(0x7f4a_7c15) << k))
+            .collect();
+        let (y, bytes, rounds) = run(noisy, move |mut ctx, z| async move {
+            let x = super::super::reshare(&mut ctx, z).await?;
+            trunc_in(&mut ctx, &x, d, (ring, ring)).await
+        });
+        // One round to build the replicated shares (3·64 bits), one to truncate.
+        assert_eq!(rounds, 2);
+        let n = xs.len() as u64;
+        let bits = 192 + u64::from(k) + 4 * u64::from(d);
+        assert_eq!(bytes.iter().sum::<u64>() * 8, n * bits);
+        for (&x, &y) in xs.iter().zip(&y) {
+            let signed = ((x << (64 - k)) as i64) >> (64 - k);
+            let floor = (signed >> d) as u64;
+            let got = ring.reduce(y);
+            assert!(
+                got == ring.reduce(floor) || got == ring.reduce(floor.wrapping_add(1)),
+                "{x:#x} ↦ {got:#x}"
+            );
         }
     }
 
