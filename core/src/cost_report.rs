@@ -877,8 +877,9 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
         "gelu_chebyshev(GeluForm::Tanh)",
         "silu (piecewise polynomial)",
         "silu_chebyshev",
-        "gelu_chebyshev_into(GeluForm::Erf, Z_2^56)",
+        "gelu_chebyshev_into(GeluForm::Erf, Z_2^64 → Z_2^56)",
         "silu_chebyshev_into(Z_2^56)",
+        "gelu_chebyshev_into(GeluForm::Erf, Z_2^46 → Z_2^56)",
         "tanh",
     ];
     for (i, name) in acts.into_iter().enumerate() {
@@ -902,12 +903,20 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
                         6 => proto::gelu_chebyshev(c, &x, GeluForm::Tanh).await,
                         7 => proto::silu(c, &x).await,
                         8 => proto::silu_chebyshev(c, &x).await,
-                        9 | 10 => {
+                        9..=11 => {
                             let ring = Width::new(56).ok_or(Error::bug("ring"))?;
-                            if i == 9 {
-                                proto::gelu_chebyshev_into(c, &x, GeluForm::Erf, ring).await
-                            } else {
-                                proto::silu_chebyshev_into(c, &x, ring).await
+                            let input = Width::new(proto::gelu_chebyshev_input_bits(18))
+                                .ok_or(Error::bug("ring"))?;
+                            match i {
+                                9 => {
+                                    let rings = (Width::W64, ring);
+                                    proto::gelu_chebyshev_into(c, &x, GeluForm::Erf, rings).await
+                                }
+                                10 => proto::silu_chebyshev_into(c, &x, ring).await,
+                                _ => {
+                                    let rings = (input, ring);
+                                    proto::gelu_chebyshev_into(c, &x, GeluForm::Erf, rings).await
+                                }
                             }
                         }
                         _ => proto::tanh(c, &x).await,

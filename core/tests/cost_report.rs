@@ -148,8 +148,17 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("gelu_chebyshev(GeluForm::Tanh)", 10, 1842.0),
     ("silu (piecewise polynomial)", 8, 3028.0),
     ("silu_chebyshev", 16, 2406.0),
-    ("gelu_chebyshev_into(GeluForm::Erf, Z_2^56)", 10, 1802.0),
+    (
+        "gelu_chebyshev_into(GeluForm::Erf, Z_2^64 → Z_2^56)",
+        10,
+        1802.0,
+    ),
     ("silu_chebyshev_into(Z_2^56)", 16, 2366.0),
+    (
+        "gelu_chebyshev_into(GeluForm::Erf, Z_2^46 → Z_2^56)",
+        10,
+        1838.0,
+    ),
     ("tanh", 27, 12033.0),
     // Sampling
     ("sample_rows, T = 0.7, rows of 16", 33, 118173.0),

@@ -826,8 +826,9 @@ fn gelu_chebyshev_into_a_narrow_ring() {
     let fx = FixedPoint::default();
     let ring = puma_core::Width::new(56).unwrap();
     let n = 24 * 4;
+    let rings = (puma_core::Width::W64, ring);
     let out = costs(n, move |mut ctx, x| async move {
-        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, ring).await
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
     assert_eq!(out.payload_bytes(), [1802 * n as u64 / 24; 3]);
@@ -835,11 +836,60 @@ fn gelu_chebyshev_into_a_narrow_ring() {
     xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0]);
     let raw = fx.encode_slice(&xs).unwrap();
     let (y, _) = run_on(61, raw.clone(), move |mut ctx, x| async move {
-        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, ring).await
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     for (&r, &yv) in raw.iter().zip(&y) {
         let x = fx.decode(r);
         let got = fx.decode((((yv << 8) as i64) >> 8) as u64);
         assert!((got - gelu_exact(x)).abs() <= 2e-4, "x = {x}: {got}");
+    }
+}
+
+/// GeLU from an input known mod 2^46 only (the MLP's first projection truncated into
+/// that ring, `gelu_chebyshev_input_bits(18)`), into Z_2^56: bits above 2^46 in the input
+/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1838
+/// bits (w's product summed in Z_2^46: 36 more than from Z_2^64, for 90 fewer in the
+/// producer's truncation).
+#[test]
+fn gelu_chebyshev_from_a_narrow_ring() {
+    let fx = FixedPoint::default();
+    let k = proto::gelu_chebyshev_input_bits(18);
+    assert_eq!(k, 46);
+    let rings = (
+        puma_core::Width::new(k).unwrap(),
+        puma_core::Width::new(56).unwrap(),
+    );
+    let n = 24 * 4;
+    let out = costs(n, move |mut ctx, x| async move {
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
+    });
+    assert_eq!(out.rounds(), 10);
+    assert_eq!(out.payload_bytes(), [1838 * n as u64 / 24; 3]);
+    let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
+    xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0, -4.125, 4.1874]);
+    let raw = fx.encode_slice(&xs).unwrap();
+    // Garbage above bit 46, as a truncation into Z_2^46 leaves it.
+    let garbage = 0x2b5u64 << k;
+    let (y, _) = run_on(61, raw.clone(), move |mut ctx, x| async move {
+        let x = x.add_public_scalar(garbage);
+        proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
+    });
+    for (&r, &yv) in raw.iter().zip(&y) {
+        let x = fx.decode(r);
+        let got = fx.decode((((yv << 8) as i64) >> 8) as u64);
+        assert!((got - gelu_exact(x)).abs() <= 2e-4, "x = {x}: {got}");
+    }
+    // One bit narrower is refused before any message.
+    let narrow = (puma_core::Width::new(k - 1).unwrap(), rings.1);
+    let out = Sim::new(3).run(move |_| {
+        move |mut ctx: Ctx| async move {
+            let x = ctx.random_shares(24);
+            let r = proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, narrow).await;
+            Ok(r.err().map(|e| e.kind()))
+        }
+    });
+    assert_eq!(out.rounds(), 0);
+    for r in out.into_results().unwrap() {
+        assert_eq!(r, Some(puma_core::ErrorKind::Misuse));
     }
 }

@@ -702,24 +702,37 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
 /// malformed.
 pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<Shares, Error> {
-    gelu_chebyshev_into(ctx, x, form, Width::W64).await
+    gelu_chebyshev_into(ctx, x, form, (Width::W64, Width::W64)).await
 }
 
-/// [`gelu_chebyshev`] for a consumer that reads its result mod 2^m only, m = `output`
-/// (a product in Z_2^m, such as the MLP's output projection in `puma-layers`): the
+/// The narrowest ring, 2f + 10 bits, in which [`gelu_chebyshev_into`] accepts its input at
+/// f fractional bits: x·(13x) at 2f bits stays below 2^(2f+8) wherever the polynomial
+/// piece is taken (|x| < 4.1875), and that product is the only use of x that needs more
+/// than its comparisons' f + 14 bits or the join's f + 15.
+pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
+    2 * f + 10
+}
+
+/// [`gelu_chebyshev`] between narrow rings: x read mod 2^k, k = `input` (bits above are
+/// ignored, so a producer may truncate into Z_2^k, 5 bits per element cheaper per bit
+/// below 64), and the result made mod 2^m, m = `output`, for a consumer that reads it
+/// there (a product in Z_2^m, such as the MLP's output projection in `puma-layers`): the
 /// join's lift ends in Z_2^m, and its strings shrink by 4 bits per bit below 64. The
 /// result is GeLU(x) as a signed value mod 2^m.
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
-/// [`gelu_chebyshev`] with the lift at 2·33 + m + 4·(m − 33): 1802 for m = 56.
+/// [`gelu_chebyshev`] with w's product summed in Z_2^k (2k + 61 + 4·(86 − k) instead of
+/// 277) and the lift at 2·33 + m + 4·(m − 33): 1802 for k = 64 and m = 56, 1838 for
+/// k = 46 ([`gelu_chebyshev_input_bits`] at f = 18) and m = 56.
 ///
 /// # Errors
-/// As [`gelu_chebyshev`], and `Misuse` unless m is above the join ring's f + 15 bits.
+/// As [`gelu_chebyshev`], and `Misuse` unless 2f + 10 ≤ k and m is above the join ring's
+/// f + 15 bits.
 pub async fn gelu_chebyshev_into(
     ctx: &mut Ctx,
     x: &Shares,
     form: GeluForm,
-    output: Width,
+    (input, output): (Width, Width),
 ) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
     let f = ctx.fixed().frac_bits();
@@ -731,6 +744,11 @@ pub async fn gelu_chebyshev_into(
     if !(12..=26).contains(&f) {
         return Err(Error::misuse(
             "gelu_chebyshev needs 12 to 26 fractional bits",
+        ));
+    }
+    if input.bits() < gelu_chebyshev_input_bits(f) {
+        return Err(Error::misuse(
+            "gelu_chebyshev's input ring is narrower than 2f + 10 bits",
         ));
     }
     let cut = f.saturating_sub(CHEB_CMP_FRAC_BITS);
@@ -765,8 +783,8 @@ pub async fn gelu_chebyshev_into(
         // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
         // The powers are only read mod 2^GELU_POWER_RING_BITS (see there).
         let pr = Width::new(GELU_POWER_RING_BITS).ok_or(Error::bug("power ring"))?;
-        let w = super::mul::mul_trunc_in(c, x, &x.scale(k_scale), 2 * f + s - p, (Width::W64, pr))
-            .await?;
+        let w =
+            super::mul::mul_trunc_in(c, x, &x.scale(k_scale), 2 * f + s - p, (input, pr)).await?;
         let w = w.add_public_scalar(one.wrapping_neg());
         // 2w² at p bits, then T_2 = 2w² − 1.
         let t2 = super::mul::square_trunc_in(c, &w, p - 1, (pr, pr)).await?;

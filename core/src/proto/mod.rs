@@ -30,8 +30,8 @@ pub use b2a::{b2a, mul_bit, select};
 pub use drafts::{Accepted, accept_drafts};
 pub use eq::{eq, eq_public};
 pub use gelu::{
-    ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_chebyshev_into,
-    gelu_precise, gelu_with, silu, silu_chebyshev, silu_chebyshev_into,
+    ACTIVATION_RING_BITS, GeluFit, GeluForm, gelu, gelu_chebyshev, gelu_chebyshev_input_bits,
+    gelu_chebyshev_into, gelu_precise, gelu_with, silu, silu_chebyshev, silu_chebyshev_into,
 };
 pub use input::{
     share_input, share_input_parts, share_input_streamed, share_input_streamed_observed,

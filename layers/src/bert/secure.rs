@@ -829,13 +829,17 @@ pub async fn encode_batch(
             .await?;
         let a3 = ctx.meter();
         costs.add(LayerKind::LayerNorm, a2, a3);
-        let hidden = layer.inter.forward(ctx, &x, n).await?;
+        // The intermediate projection truncated into the ring the activation reads, the
+        // activation lifted into the MLP's ring only, and the output projection summed
+        // there, as in the decoders (crate::nn::activation::MLP_RING_BITS).
+        let input = act.input_ring(settings, ctx.fixed().frac_bits())?;
+        let hidden = layer.inter.forward_into(ctx, &x, n, input).await?;
         let a4 = ctx.meter();
         costs.add(LayerKind::Linear, a3, a4);
-        // The activation lifted into the MLP's ring only, and the output projection
-        // summed there, as in the decoders (crate::nn::activation::MLP_RING_BITS).
         let ring = mlp_ring()?;
-        let h = act.forward_into(ctx, &hidden, settings, ring).await?;
+        let h = act
+            .forward_into(ctx, &hidden, settings, (input, ring))
+            .await?;
         let a5 = ctx.meter();
         costs.add(act.kind(), a4, a5);
         let o = layer.out.forward_from(ctx, &h, n, ring).await?;

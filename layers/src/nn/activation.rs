@@ -72,26 +72,53 @@ impl Activation {
         }
     }
 
-    /// [`Activation::forward`] for a consumer that reads the result mod 2^k only, k =
-    /// `ring`: the precise approximations lift their join into that ring instead of
-    /// Z_2^64 (40 bits per element fewer for k = 56); the others are made over Z_2^64,
-    /// which also holds the value mod 2^k.
+    /// The narrowest ring in which [`Activation::forward_into`] reads its input under
+    /// `settings` at `frac_bits` fractional bits, so that the projection before it can
+    /// truncate into that ring only (5 bits per element fewer per bit below 64): 2f + 10
+    /// bits for the precise GeLU ([`proto::gelu_chebyshev_input_bits`]; 46 at f = 18),
+    /// Z_2^64 for the others. SiLU's result holds x itself (ReLU(x) = x − s·x), which its
+    /// consumer reads mod 2^[`MLP_RING_BITS`], and the piecewise forms compare x over
+    /// Z_2^32 and multiply it over Z_2^64.
     ///
     /// # Errors
-    /// `Protocol` on a malformed message.
+    /// `Bug` if the ring were out of range (it is not for the formats sessions accept).
+    pub fn input_ring(self, settings: &SecureSettings, frac_bits: u32) -> Result<Width, Error> {
+        match (self, settings.gelu) {
+            (Activation::Gelu(_), GeluApprox::Precise) => {
+                Width::new(proto::gelu_chebyshev_input_bits(frac_bits).min(64))
+                    .ok_or(Error::bug("activation input ring"))
+            }
+            _ => Ok(Width::W64),
+        }
+    }
+
+    /// [`Activation::forward`] between narrow rings: x read mod 2^k only, k = `input`
+    /// (at least [`Activation::input_ring`]), and the result for a consumer that reads it
+    /// mod 2^m only, m = `output`: the precise approximations lift their join into that
+    /// ring instead of Z_2^64 (40 bits per element fewer for m = 56); the others are made
+    /// over Z_2^64, which also holds the value mod 2^m.
+    ///
+    /// # Errors
+    /// `Misuse` if `input` is narrower than [`Activation::input_ring`]; `Protocol` on a
+    /// malformed message.
     pub async fn forward_into(
         self,
         ctx: &mut Ctx,
         x: &Shares,
         settings: &SecureSettings,
-        ring: Width,
+        (input, output): (Width, Width),
     ) -> Result<Shares, Error> {
+        if input.bits() < self.input_ring(settings, ctx.fixed().frac_bits())?.bits() {
+            return Err(Error::misuse(
+                "an activation's input ring is narrower than it reads",
+            ));
+        }
         match (self, settings.gelu, settings.silu) {
             (Activation::Gelu(form), GeluApprox::Precise, _) => {
-                proto::gelu_chebyshev_into(ctx, x, form, ring).await
+                proto::gelu_chebyshev_into(ctx, x, form, (input, output)).await
             }
             (Activation::Silu, _, SiluApprox::Precise) => {
-                proto::silu_chebyshev_into(ctx, x, ring).await
+                proto::silu_chebyshev_into(ctx, x, output).await
             }
             _ => self.forward(ctx, x, settings).await,
         }

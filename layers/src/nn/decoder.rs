@@ -870,8 +870,14 @@ impl Block {
         // After the activation, the MLP's products are summed in the narrow ring of
         // MLP_RING_BITS: the gate is made over Z_2^64 (the activation needs it whole), the
         // up projection only in that ring, like the activation's result, their product
-        // and the output projection's input.
+        // and the output projection's input. A plain MLP's first projection is truncated
+        // into the ring its activation reads (Z_2^46 for the precise GeLU at f = 18).
         let ring = mlp_ring()?;
+        let input = if spec.gated {
+            Width::W64
+        } else {
+            spec.activation.input_ring(settings, f)?
+        };
         let (act_in, up) = if spec.gated {
             let s = blk.mlp_in.summands(ctx, &a2, rows).await?;
             let (gs, us) = (s.gather(&layout.gate_idx)?, s.gather(&layout.up_idx)?);
@@ -884,13 +890,13 @@ impl Block {
             .await?;
             (gate, Some(up))
         } else {
-            (blk.mlp_in.forward(ctx, &a2, rows).await?, None)
+            (blk.mlp_in.forward_into(ctx, &a2, rows, input).await?, None)
         };
         let m6 = ctx.meter();
         costs.add(LayerKind::Linear, m5, m6);
         let act = spec
             .activation
-            .forward_into(ctx, &act_in, settings, ring)
+            .forward_into(ctx, &act_in, settings, (input, ring))
             .await?;
         let m7 = ctx.meter();
         costs.add(spec.activation.kind(), m6, m7);

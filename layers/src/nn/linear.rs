@@ -81,6 +81,26 @@ impl Linear {
         }
     }
 
+    /// [`Linear::forward`] for a consumer that reads the output mod 2^k only, k = `ring`
+    /// (an activation that reads its input there, [`super::activation::Activation::input_ring`]):
+    /// the product is truncated into Z_2^k, 2 rounds and 128 + k + 4·max(0, k − 64 + f)
+    /// bits per output element (174 for k = 46 at f = 18, against 264 into Z_2^64). The
+    /// output is x·W + b as a signed value mod 2^k.
+    ///
+    /// # Errors
+    /// As [`Linear::forward`].
+    pub async fn forward_into(
+        &self,
+        ctx: &mut Ctx,
+        x: &Shares,
+        rows: usize,
+        ring: Width,
+    ) -> Result<Shares, Error> {
+        let f = ctx.fixed().frac_bits();
+        let s = self.summands(ctx, x, rows).await?;
+        proto::reshare_trunc_summands(ctx, s, Width::W64, f, ring).await
+    }
+
     /// The summands of `x·W + b` at 2f fractional bits, before the reshare and truncation
     /// that finish it ([`proto::reshare_trunc_summands`]): for a caller that maps the
     /// output linearly first (rotary embeddings) or finishes parts of it in different

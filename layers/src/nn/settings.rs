@@ -10,10 +10,10 @@ pub enum GeluApprox {
     /// A piecewise polynomial of PUMA's shape and cost (8 rounds): [`GeluFit::PUMA`] (max
     /// error 0.0199) or [`GeluFit::MINIMAX`] (1.75e-3).
     Piecewise(GeluFit),
-    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (10 rounds; 1802 bits
-    /// per element as the MLP evaluates it, lifted into its Z_2^56 by
-    /// [`puma_core::proto::gelu_chebyshev_into`]; max error ≤ 1.3e-4): needed for logits
-    /// within 2e-2 of plaintext on trained checkpoints.
+    /// [`puma_core::proto::gelu_chebyshev`] for the model's GeLU form (10 rounds; 1838 bits
+    /// per element as the MLP evaluates it, from its input in Z_2^46 and lifted into its
+    /// Z_2^56 by [`puma_core::proto::gelu_chebyshev_into`]; max error ≤ 1.3e-4): needed for
+    /// logits within 2e-2 of plaintext on trained checkpoints.
     Precise,
 }
 
