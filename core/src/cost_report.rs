@@ -408,6 +408,24 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    // Attention's scores in puma-layers: truncated into the ring the minimax softmax reads.
+    let scores_ring = proto::softmax_input_bits(18, proto::ExpApprox::Minimax);
+    t.row(
+        format!(
+            "matmul_batch_summands {h} × ({m}×{k} · {k}×{o}), reshare_trunc_summands into Z_2^{scores_ring}"
+        ),
+        "output",
+        h * m * o,
+        measure(move |mut c, me| {
+            let v = ab.clone();
+            async move {
+                let (a, b) = shares(me, &v).split_at(h * m * k)?;
+                let s = proto::matmul_batch_summands(&c, &a, &b, h, (m, k, o)).await?;
+                let ring = width(scores_ring)?;
+                proto::reshare_trunc_summands(&mut c, s, Width::W64, 18, ring).await
+            }
+        }),
+    )?;
 
     t.family("Boolean and comparisons");
     for w in [64u32, 1] {

@@ -40,6 +40,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
     ("matmul_fixed 24×768 · 768×64", 2, 264.0),
     ("matmul_batch 12 × (32×64 · 64×32)", 1, 192.0),
     ("matmul_batch_fixed 12 × (32×64 · 64×32)", 2, 264.0),
+    (
+        "matmul_batch_summands 12 × (32×64 · 64×32), reshare_trunc_summands into Z_2^49",
+        2,
+        189.0,
+    ),
     // Boolean and comparisons
     ("and, w = 64", 1, 192.0),
     ("and, w = 1", 1, 3.0),

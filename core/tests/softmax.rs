@@ -692,6 +692,72 @@ fn deferred_normalisation_matches_softmax_then_product() {
     }
 }
 
+/// The minimax softmax reads its input mod 2^49 only (`softmax_input_bits` at f = 18): with
+/// different garbage above bit 49 in every score, as a truncation into Z_2^49 leaves it,
+/// softmax(X)·V keeps the accuracy bound of the clean inputs against f64. The other
+/// approximations read x whole.
+#[test]
+fn minimax_softmax_ignores_the_bits_above_its_input_ring() {
+    let fx = fx();
+    assert_eq!(proto::softmax_input_bits(18, MINIMAX), 49);
+    assert_eq!(proto::softmax_input_bits(27, MINIMAX), 63);
+    assert_eq!(proto::softmax_input_bits(18, PUMA5), 64);
+    let (batches, rows, keys, dim) = (4usize, 32usize, 32usize, 16usize);
+    let valid: Vec<usize> = (0..batches).flat_map(|_| 1..=rows).collect();
+    let nx = batches * rows * keys;
+    let nv = batches * keys * dim;
+    let xs: Vec<f64> = (0..nx)
+        .map(|i| (pseudo(i as u64, 81) % 20_000) as f64 / 1000.0 - 10.0)
+        .collect();
+    let vs: Vec<f64> = (0..nv)
+        .map(|i| (pseudo(i as u64, 82) % 16_000) as f64 / 1000.0 - 8.0)
+        .collect();
+    let vals: Vec<u64> = xs
+        .iter()
+        .chain(&vs)
+        .map(|&v| fx.encode(v).unwrap())
+        .collect();
+    let garbage: Vec<u64> = (0..nx).map(|i| pseudo(i as u64, 83) << 49).collect();
+    let valid2 = valid.clone();
+    let (opened, _) = run_on(37, vals, move |mut ctx, all| {
+        let (valid, garbage) = (valid2.clone(), garbage.clone());
+        async move {
+            let (x, v) = all.split_at(nx)?;
+            let x = x.add_public(&garbage)?;
+            let shape = (rows, keys, dim);
+            let y = proto::softmax_matmul_batch(&mut ctx, &x, &v, batches, shape, &valid, MINIMAX)
+                .await?;
+            Ok(vec![y])
+        }
+    });
+    let decoded = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .map(|&v| fx.decode(fx.encode(v).unwrap()))
+            .collect()
+    };
+    let (xd, vd) = (decoded(&xs), decoded(&vs));
+    let mut worst = 0.0f64;
+    for b in 0..batches {
+        for i in 0..rows {
+            let r = b * rows + i;
+            let row = &xd[r * keys..r * keys + valid[r]];
+            let m = row.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = row.iter().map(|&v| (v - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            for j in 0..dim {
+                let want: f64 = (0..e.len())
+                    .map(|k| e[k] / s * vd[(b * keys + k) * dim + j])
+                    .sum();
+                worst = worst.max((fx.decode(opened[0][r * dim + j]) - want).abs());
+            }
+        }
+    }
+    // The bound of `deferred_normalisation_matches_softmax_then_product`.
+    let walk = 4.0 * (keys as f64).sqrt() * fx.decode(1) * 8.0;
+    println!("softmax·V from scores with garbage above bit 49: {worst:.3e} (bound {walk:.3e})");
+    assert!(worst <= walk, "{worst:.3e} against {walk:.3e}");
+}
+
 #[test]
 fn deferred_normalisation_costs_the_softmax_rounds() {
     // 12 heads × 32 causal queries over 32 keys, heads of 64: GPT-2's attention.

@@ -124,7 +124,26 @@ pub async fn matmul_summands(
     k: usize,
     n: usize,
 ) -> Result<Summands, Error> {
-    let z = batch_terms(ctx, x, y, 1, (m, k, n)).await?;
+    matmul_batch_summands(ctx, x, y, 1, (m, k, n)).await
+}
+
+/// This party's summands of a batch of matrix products `X_b·Y_b`, as [`matmul_batch`]
+/// lays them out, before any message: for a caller that finishes them in a ring of its
+/// choice with [`reshare_trunc_summands`](super::reshare_trunc_summands) (attention's
+/// scores, which the softmax reads in a narrow ring only). Local.
+///
+/// Rounds: 0. Bytes: 0.
+///
+/// # Errors
+/// `Misuse` if the lengths do not match the dimensions.
+pub async fn matmul_batch_summands(
+    ctx: &Ctx,
+    x: &Shares,
+    y: &Shares,
+    batch: usize,
+    dims: (usize, usize, usize),
+) -> Result<Summands, Error> {
+    let z = batch_terms(ctx, x, y, batch, dims).await?;
     Ok(Summands::new(ctx.me(), z))
 }
 

@@ -41,7 +41,9 @@ pub use logistic::tanh;
 pub use masked_lt::{
     LT_THRESHOLDS_ROUNDS, lt_thresholds, lt_thresholds_bits, msb_masked, msb_masked_bits,
 };
-pub use matmul::{matmul, matmul_batch, matmul_batch_fixed, matmul_fixed, matmul_summands};
+pub use matmul::{
+    matmul, matmul_batch, matmul_batch_fixed, matmul_batch_summands, matmul_fixed, matmul_summands,
+};
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
 };
@@ -54,8 +56,8 @@ pub use reveal::{reveal_all, reveal_to};
 pub use rmsnorm::{RmsScaling, rms_norm_rows, rms_norm_rows_unscaled};
 pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
 pub use softmax::{
-    ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_matmul_batch, softmax_rows,
-    softmax_rows_with,
+    ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_input_bits, softmax_matmul_batch,
+    softmax_rows, softmax_rows_with,
 };
 use trunc::{reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow, trunc_in};
 pub use trunc::{reshare_trunc_summands, trunc};

@@ -393,6 +393,20 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<
     square_trunc_in(c, &poly, 2 * p - out, (ring, Width::W64)).await
 }
 
+/// The narrowest ring, in bits, in which [`softmax_rows_with`] and [`softmax_matmul_batch`]
+/// read their input x at `frac_bits` fractional bits with `approx`, so that the product
+/// before them (attention's scores) can be truncated into that ring only (5 bits per
+/// element fewer per bit below 64): p + f + 6 for [`ExpApprox::Minimax`] (49 at f = 18),
+/// whose chain reads u = x·2^(p−3−f) + 7/8 mod 2^(2p+3), while the row maxima and the
+/// cutoff read x cut by f − 4 bits in rings of at most 19 bits; 64 for the others, whose
+/// squaring chains start from x itself.
+pub fn softmax_input_bits(frac_bits: u32, approx: ExpApprox) -> u32 {
+    match approx {
+        ExpApprox::Minimax => (MINIMAX_BITS.max(frac_bits + 3) + frac_bits + 6).min(64),
+        _ => 64,
+    }
+}
+
 /// Softmax of each row of a `rows × cols` row-major matrix with PUMA's negExp,
 /// t = `squarings`. Same as [`softmax_rows_with`] with every row fully valid and
 /// [`ExpApprox::Puma`]; see there for the method, range, error, rounds and bytes.
@@ -681,7 +695,8 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// with V hides behind the reciprocal, so the pair costs the softmax's rounds alone: 2
 /// rounds fewer than [`softmax_rows_with`] followed by the product.
 ///
-/// **Range** (contract): as [`softmax_rows_with`] for x, and for V: every |v| < 2^(62 −
+/// **Range** (contract): as [`softmax_rows_with`] for x (read mod 2^[`softmax_input_bits`]
+/// only, so a producer may truncate into that ring), and for V: every |v| < 2^(62 −
 /// 2f − 8) (2^18 at f = 18) and keys·max|v| < 2^(58 − 2f) (E·V at 2f + 4 bits before its
 /// truncation; 2^22 at f = 18, e.g. |v| < 4096 over 1024 keys).
 ///

@@ -4,13 +4,14 @@
 //!
 //! The 1/√head_dim scaling is folded into the query weights by the owner, so scores are
 //! plain products. All heads and rows of a layer share the rounds: the scores are one fused
-//! product+truncation (2 rounds, 264 bits per output element over the parties); the softmax
+//! product+truncation into the ring the softmax reads them in (2 rounds, 189 bits per
+//! output element over the parties with the minimax exponential, 264 otherwise); the softmax
 //! runs over all rows at once with a public mask (masked positions are never compared and
 //! get weight exactly 0) and normalises after the product with V, which runs beside its
 //! reciprocal (`proto::softmax_matmul_batch`), so that product costs no round of its own.
 
 use puma_core::proto::ExpApprox;
-use puma_core::{Ctx, Error, Shares, proto};
+use puma_core::{Ctx, Error, Shares, Width, proto};
 
 use super::cost::{LayerCosts, LayerKind};
 
@@ -110,13 +111,31 @@ async fn attend(
     costs: &mut LayerCosts,
 ) -> Result<Shares, Error> {
     let m0 = ctx.meter();
-    let scores = proto::matmul_batch_fixed(ctx, q, kt, batches, (rows, dim, keys)).await?;
+    let scores = scores(ctx, q, kt, batches, (rows, dim, keys), exp).await?;
     let m1 = ctx.meter();
     costs.add(LayerKind::AttentionMatmul, m0, m1);
     let out = proto::softmax_matmul_batch(ctx, &scores, v, batches, (rows, keys, dim), valid, exp)
         .await?;
     costs.add(LayerKind::Softmax, m1, ctx.meter());
     Ok(out)
+}
+
+/// The attention scores Q·Kᵀ for `batches` problems at f fractional bits, truncated into
+/// the ring the softmax reads them in (`proto::softmax_input_bits`: Z_2^49 at f = 18 with
+/// the minimax exponential): 189 bits per score instead of 264, the wrap of a truncation
+/// by f from Z_2^64 into Z_2^(64 − f + 3) costing 3-bit strings only.
+async fn scores(
+    ctx: &mut Ctx,
+    q: &Shares,
+    kt: &Shares,
+    batches: usize,
+    dims: (usize, usize, usize),
+    exp: ExpApprox,
+) -> Result<Shares, Error> {
+    let f = ctx.fixed().frac_bits();
+    let ring = Width::new(proto::softmax_input_bits(f, exp)).ok_or(Error::bug("scores ring"))?;
+    let s = proto::matmul_batch_summands(ctx, q, kt, batches, dims).await?;
+    proto::reshare_trunc_summands(ctx, s, Width::W64, f, ring).await
 }
 
 /// Where each of back-to-back runs of lengths `lens` starts.
@@ -285,9 +304,7 @@ pub async fn bidirectional(
         forks
             .iter_mut()
             .zip(&inputs)
-            .map(|(c, (seqs, l, q, kt, _))| {
-                proto::matmul_batch_fixed(c, q, kt, seqs.len() * h, (*l, hd, *l))
-            })
+            .map(|(c, (seqs, l, q, kt, _))| scores(c, q, kt, seqs.len() * h, (*l, hd, *l), exp))
             .collect(),
     )
     .await?;
