@@ -608,32 +608,77 @@ fn other_fixed_point_formats_are_refused_or_work_without_panics() {
     }
 }
 
+/// Inputs of a softmax(X)·V case: the valid lengths (causal rows of 1…rows keys, or full
+/// rows), scores in [−10, 10) and values in [−8, 8) drawn with `salt`, and their encodings
+/// (scores, then values).
+fn softmax_v_inputs(
+    (batches, rows, keys, dim): (usize, usize, usize, usize),
+    causal_rows: bool,
+    salt: u64,
+) -> (Vec<usize>, Vec<f64>, Vec<f64>, Vec<u64>) {
+    let fx = fx();
+    let valid: Vec<usize> = (0..batches)
+        .flat_map(|_| (0..rows).map(move |i| if causal_rows { i + 1 } else { keys }))
+        .collect();
+    let xs: Vec<f64> = (0..batches * rows * keys)
+        .map(|i| (pseudo(i as u64, salt) % 20_000) as f64 / 1000.0 - 10.0)
+        .collect();
+    let vs: Vec<f64> = (0..batches * keys * dim)
+        .map(|i| (pseudo(i as u64, salt + 1) % 16_000) as f64 / 1000.0 - 8.0)
+        .collect();
+    let vals: Vec<u64> = xs
+        .iter()
+        .chain(&vs)
+        .map(|&v| fx.encode(v).unwrap())
+        .collect();
+    (valid, xs, vs, vals)
+}
+
+/// The largest |y − softmax(x)·v| of the opened outputs `got` against f64 on the decoded
+/// inputs.
+fn softmax_v_error(
+    (batches, rows, keys, dim): (usize, usize, usize, usize),
+    (valid, xs, vs): (&[usize], &[f64], &[f64]),
+    got: &[u64],
+) -> f64 {
+    let fx = fx();
+    let decoded = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .map(|&v| fx.decode(fx.encode(v).unwrap()))
+            .collect()
+    };
+    let (xd, vd) = (decoded(xs), decoded(vs));
+    let mut worst = 0.0f64;
+    for b in 0..batches {
+        for i in 0..rows {
+            let r = b * rows + i;
+            let row = &xd[r * keys..r * keys + valid[r]];
+            let m = row.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = row.iter().map(|&v| (v - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            for j in 0..dim {
+                let want: f64 = (0..e.len())
+                    .map(|k| e[k] / s * vd[(b * keys + k) * dim + j])
+                    .sum();
+                worst = worst.max((fx.decode(got[r * dim + j]) - want).abs());
+            }
+        }
+    }
+    worst
+}
+
 /// softmax(X)·V with the normalisation deferred past the product (`softmax_matmul_batch`)
 /// against f64, beside the softmax followed by the product: causal rows of 1…32 keys over
 /// values in [−8, 8] (4 batches, the KV heads of attention), and full rows of 96 keys.
 #[test]
 fn deferred_normalisation_matches_softmax_then_product() {
-    let fx = fx();
     for (batches, rows, keys, dim, causal_rows) in [
         (4usize, 32usize, 32usize, 16usize, true),
         (2, 6, 96, 8, false),
     ] {
-        let valid: Vec<usize> = (0..batches)
-            .flat_map(|_| (0..rows).map(move |i| if causal_rows { i + 1 } else { keys }))
-            .collect();
+        let dims = (batches, rows, keys, dim);
+        let (valid, xs, vs, vals) = softmax_v_inputs(dims, causal_rows, 71);
         let nx = batches * rows * keys;
-        let nv = batches * keys * dim;
-        let xs: Vec<f64> = (0..nx)
-            .map(|i| (pseudo(i as u64, 71) % 20_000) as f64 / 1000.0 - 10.0)
-            .collect();
-        let vs: Vec<f64> = (0..nv)
-            .map(|i| (pseudo(i as u64, 72) % 16_000) as f64 / 1000.0 - 8.0)
-            .collect();
-        let vals: Vec<u64> = xs
-            .iter()
-            .chain(&vs)
-            .map(|&v| fx.encode(v).unwrap())
-            .collect();
         let valid2 = valid.clone();
         let (opened, _) = run_on(31, vals, move |mut ctx, all| {
             let valid = valid2.clone();
@@ -650,35 +695,11 @@ fn deferred_normalisation_matches_softmax_then_product() {
                 Ok(vec![deferred, after])
             }
         });
-        // Decoded inputs, then the f64 reference.
-        let xd: Vec<f64> = xs
-            .iter()
-            .map(|&v| fx.decode(fx.encode(v).unwrap()))
-            .collect();
-        let vd: Vec<f64> = vs
-            .iter()
-            .map(|&v| fx.decode(fx.encode(v).unwrap()))
-            .collect();
-        let mut worst = [0.0f64; 2];
-        for b in 0..batches {
-            for i in 0..rows {
-                let r = b * rows + i;
-                let n = valid[r];
-                let row = &xd[r * keys..r * keys + n];
-                let m = row.iter().copied().fold(f64::MIN, f64::max);
-                let e: Vec<f64> = row.iter().map(|&v| (v - m).exp()).collect();
-                let s: f64 = e.iter().sum();
-                for j in 0..dim {
-                    let want: f64 = (0..n)
-                        .map(|k| e[k] / s * vd[(b * keys + k) * dim + j])
-                        .sum();
-                    for (w, got) in worst.iter_mut().zip(&opened) {
-                        let err = (fx.decode(got[r * dim + j]) - want).abs();
-                        *w = w.max(err);
-                    }
-                }
-            }
-        }
+        let inputs = (valid.as_slice(), xs.as_slice(), vs.as_slice());
+        let worst = [
+            softmax_v_error(dims, inputs, &opened[0]),
+            softmax_v_error(dims, inputs, &opened[1]),
+        ];
         println!(
             "softmax·V, {batches} × {rows} × {keys} × {dim}: deferred {:.3e}, softmax then product {:.3e}",
             worst[0], worst[1]
@@ -686,37 +707,20 @@ fn deferred_normalisation_matches_softmax_then_product() {
         // Each output sums the rounding of ≤ `keys` exponentials (one ulp each, stochastic)
         // times values up to 8: a random walk of 4·√keys ulps bounds it. The deferred form
         // must be no less accurate than the softmax followed by the product.
-        let walk = 4.0 * (keys as f64).sqrt() * fx.decode(1) * 8.0;
+        let walk = 4.0 * (keys as f64).sqrt() * fx().decode(1) * 8.0;
         assert!(worst[0] <= walk, "{worst:?} against {walk:.3e}");
         assert!(worst[0] <= worst[1], "{worst:?}");
     }
 }
 
-/// The minimax softmax reads its input mod 2^49 only (`softmax_input_bits` at f = 18): with
-/// different garbage above bit 49 in every score, as a truncation into Z_2^49 leaves it,
-/// softmax(X)·V keeps the accuracy bound of the clean inputs against f64. The other
-/// approximations read x whole.
 #[test]
 fn minimax_softmax_ignores_the_bits_above_its_input_ring() {
-    let fx = fx();
     assert_eq!(proto::softmax_input_bits(18, MINIMAX), 49);
     assert_eq!(proto::softmax_input_bits(27, MINIMAX), 63);
     assert_eq!(proto::softmax_input_bits(18, PUMA5), 64);
-    let (batches, rows, keys, dim) = (4usize, 32usize, 32usize, 16usize);
-    let valid: Vec<usize> = (0..batches).flat_map(|_| 1..=rows).collect();
+    let dims @ (batches, rows, keys, dim) = (4usize, 32usize, 32usize, 16usize);
+    let (valid, xs, vs, vals) = softmax_v_inputs(dims, true, 81);
     let nx = batches * rows * keys;
-    let nv = batches * keys * dim;
-    let xs: Vec<f64> = (0..nx)
-        .map(|i| (pseudo(i as u64, 81) % 20_000) as f64 / 1000.0 - 10.0)
-        .collect();
-    let vs: Vec<f64> = (0..nv)
-        .map(|i| (pseudo(i as u64, 82) % 16_000) as f64 / 1000.0 - 8.0)
-        .collect();
-    let vals: Vec<u64> = xs
-        .iter()
-        .chain(&vs)
-        .map(|&v| fx.encode(v).unwrap())
-        .collect();
     let garbage: Vec<u64> = (0..nx).map(|i| pseudo(i as u64, 83) << 49).collect();
     let valid2 = valid.clone();
     let (opened, _) = run_on(37, vals, move |mut ctx, all| {
@@ -730,30 +734,9 @@ fn minimax_softmax_ignores_the_bits_above_its_input_ring() {
             Ok(vec![y])
         }
     });
-    let decoded = |v: &[f64]| -> Vec<f64> {
-        v.iter()
-            .map(|&v| fx.decode(fx.encode(v).unwrap()))
-            .collect()
-    };
-    let (xd, vd) = (decoded(&xs), decoded(&vs));
-    let mut worst = 0.0f64;
-    for b in 0..batches {
-        for i in 0..rows {
-            let r = b * rows + i;
-            let row = &xd[r * keys..r * keys + valid[r]];
-            let m = row.iter().copied().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = row.iter().map(|&v| (v - m).exp()).collect();
-            let s: f64 = e.iter().sum();
-            for j in 0..dim {
-                let want: f64 = (0..e.len())
-                    .map(|k| e[k] / s * vd[(b * keys + k) * dim + j])
-                    .sum();
-                worst = worst.max((fx.decode(opened[0][r * dim + j]) - want).abs());
-            }
-        }
-    }
+    let worst = softmax_v_error(dims, (&valid, &xs, &vs), &opened[0]);
     // The bound of `deferred_normalisation_matches_softmax_then_product`.
-    let walk = 4.0 * (keys as f64).sqrt() * fx.decode(1) * 8.0;
+    let walk = 4.0 * (keys as f64).sqrt() * fx().decode(1) * 8.0;
     println!("softmax·V from scores with garbage above bit 49: {worst:.3e} (bound {walk:.3e})");
     assert!(worst <= walk, "{worst:.3e} against {walk:.3e}");
 }
