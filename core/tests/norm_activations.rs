@@ -526,7 +526,7 @@ fn tanh_accuracy() {
     assert!(worst <= 2.5e-5, "{worst} at {at}");
 }
 
-/// tanh: 27 rounds, 12,033 bits per element (a third per party).
+/// tanh: 27 rounds, 11,759 bits per element (a third per party).
 #[test]
 fn tanh_costs_are_pinned() {
     let n = 96usize;
@@ -535,11 +535,11 @@ fn tanh_costs_are_pinned() {
         |mut ctx, x| async move { proto::tanh(&mut ctx, &x).await },
     );
     assert_eq!(out.rounds(), 27);
-    assert_eq!(out.payload_bytes(), [12_033 * n as u64 / 24; 3]);
-    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 2545, reciprocal 8122 (three octaves
+    assert_eq!(out.payload_bytes(), [11_759 * n as u64 / 24; 3]);
+    // Sign 414, B2A 256, s·x 192, negExp (Minimax) 2271, reciprocal 8122 (three octaves
     // of three sub-segments, the 8 comparisons on keys cut by 8 bits), (1 − e)·r with its
     // truncation by f + 12 fused 312, s·t 192.
-    assert_eq!(414 + 256 + 192 + 2545 + 8122 + 312 + 192, 12_033);
+    assert_eq!(414 + 256 + 192 + 2271 + 8122 + 312 + 192, 11_759);
     assert_eq!(proto::reciprocal_bits(18, 17, 19, 12).unwrap(), 8122);
 }
 

@@ -32,25 +32,12 @@ pub async fn b2a(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
     b2a_with(ctx, b, false, Width::W64).await
 }
 
-/// [`b2a`] in two rounds with 25 % fewer bits: instead of R0's masked t − r, R2 (which has
-/// everything after the first round) sends R1 σ·(t − r) − F_0 in the second. For callers
-/// whose bits are not on the critical path (e.g. a comparison branch running beside a
-/// longer polynomial). Exact.
-///
-/// Rounds: 2. Bits per element: 192 in total (64 for each role).
-///
-/// # Errors
-/// As [`b2a`].
-pub(crate) async fn b2a_two_rounds(ctx: &mut Ctx, b: &BitShares) -> Result<Shares, Error> {
-    if b.width() != Width::BIT {
-        return Err(Error::misuse("b2a takes single bits"));
-    }
-    b2a_with(ctx, b, true, Width::W64).await
-}
-
-/// [`b2a`] (or, with `relay`, [`b2a_two_rounds`]) into the narrow ring Z_2^k of `ring`:
-/// every message shrinks to k bits, for a caller that multiplies the bits in that ring
-/// (docs/PROTOCOLS.md, Narrow rings). Exact mod 2^k.
+/// [`b2a`] into the ring Z_2^k of `ring` (Z_2^64 or narrower): every message shrinks to
+/// k bits, for a caller that multiplies the bits in that ring (docs/PROTOCOLS.md, Narrow
+/// rings). With `relay`, in two rounds with 25 % fewer bits: instead of R0's masked
+/// t − r, R2 (which has everything after the first round) sends R1 σ·(t − r) − F_0 in the
+/// second, for callers whose bits are not on the critical path (a comparison branch
+/// beside a longer polynomial). Exact mod 2^k.
 ///
 /// Rounds: 1 (2 with `relay`). Bits per element: 4k in total (3k with `relay`).
 ///

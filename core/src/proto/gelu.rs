@@ -152,7 +152,7 @@ async fn cut_fused_sum(
 /// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 4·|ring|
 /// (256 over Z_2^64); with `relay`, R_LT(k') + 2 rounds and 3·|ring| bits for the B2A
 /// ([`super::b2a::b2a_in`]).
-async fn breakpoint_bits(
+pub(super) async fn breakpoint_bits(
     ctx: &mut Ctx,
     x: &Shares,
     breakpoints: &[u64],
@@ -181,12 +181,14 @@ async fn breakpoint_bits(
 /// A piece `None` is the zero function and costs nothing. Over Z_2^64 the sum is reshared
 /// (1 round, 192 bits); with a narrower `ring` (bits and pieces read mod 2^k) it is lifted
 /// to Z_2^m, m = `output` (Z_2^64 for a general consumer), by [`super::reshare_lift_into`]
-/// (2 rounds, 2k + m + 4·(m − k) bits), which needs the joined value within ±2^(k−2).
-async fn join_pieces(
+/// (2 rounds, 2k + m + 4·(m − k) bits), which needs the joined value within ±2^(k−2);
+/// with `shift` = d > 0 it is truncated by d bits on the way ([`super::reshare_trunc_narrow`],
+/// 2k + m + 4·(m − k + d) bits), for pieces that carry guard bits.
+pub(super) async fn join_pieces(
     ctx: &mut Ctx,
     bits: &[Shares],
     pieces: &[Option<&Shares>],
-    ring: Width,
+    (ring, shift): (Width, u32),
     output: Width,
 ) -> Result<Shares, Error> {
     if pieces.len() != bits.len() + 1 {
@@ -217,8 +219,10 @@ async fn join_pieces(
     let mut ctx = ctx.fork();
     if ring == Width::W64 {
         reshare(&mut ctx, z).await
-    } else {
+    } else if shift == 0 {
         super::reshare_lift_into(&mut ctx, z, ring, output).await
+    } else {
+        super::reshare_trunc_narrow(&mut ctx, z, ring, shift, output).await
     }
 }
 
@@ -404,7 +408,7 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
         &mut ctx,
         &bits,
         &[None, Some(&p0), Some(&p1), Some(x)],
-        Width::W64,
+        (Width::W64, 0),
         Width::W64,
     )
     .await
@@ -572,7 +576,7 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
         &mut ctx,
         &bits,
         &[None, Some(&poly), Some(x)],
-        Width::W64,
+        (Width::W64, 0),
         Width::W64,
     )
     .await
@@ -810,7 +814,14 @@ pub async fn gelu_chebyshev_into(
         cut_fused_sum(c, &[(&q_share, &bq), (&t2, &bt)], &a_part, big, cut, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
-    join_pieces(&mut ctx, &bits, &[None, Some(&poly), Some(x)], ring, output).await
+    join_pieces(
+        &mut ctx,
+        &bits,
+        &[None, Some(&poly), Some(x)],
+        (ring, 0),
+        output,
+    )
+    .await
 }
 
 /// SiLU(x) = x·σ(x) by a piecewise polynomial of GeLU's shape (docs/PROTOCOLS.md, SiLU;
@@ -904,7 +915,7 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
         &mut ctx,
         &bits,
         &[None, Some(&p), Some(x)],
-        Width::W64,
+        (Width::W64, 0),
         Width::W64,
     )
     .await

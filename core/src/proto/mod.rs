@@ -59,7 +59,9 @@ pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_input_bits, softmax_matmul_batch,
     softmax_rows, softmax_rows_with,
 };
-use trunc::{reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow, trunc_in};
+use trunc::{
+    reshare_cut, reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow, trunc_in,
+};
 pub use trunc::{reshare_trunc_summands, trunc};
 
 use alloc::vec::Vec;

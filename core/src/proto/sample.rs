@@ -263,14 +263,14 @@ impl Plan {
 ///
 /// **Bits** per row of v = vocab, summed over the parties, with LT(k) =
 /// 14k − 19 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·184·v (temperature), the maximum's
-/// ([`max_rows`]), 2545·v (negExp), 256·b + 192 (U and U·Q), (v − 1)·LT(ks) + 256·v (the
+/// ([`max_rows`]), 2271·v (negExp), 256·b + 192 (U and U·Q), (v − 1)·LT(ks) + 256·v (the
 /// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·448·v (the final weights),
 /// [top-k]·(N·v·(LT(kd) + 259) + N·LT(kc) + (N − 1)·256) and
 /// [top-p]·(448·v·[top-k] + N·v·(LT(kd) + 259) + N·(192 + LT(33)) + (N − 1)·256).
-/// Pinned in tests/sampling.rs (rows of 16: 115,229 bits per row at T = 1, 416,733 with
-/// every filter). GPT-2's vocabulary (measured, cost report): **4505 bits per element**
-/// at T = 1 (28.3 MB per token in total), **21,890** with top-k = 50 and top-p = 0.9
-/// (137.5 MB).
+/// Pinned in tests/sampling.rs (rows of 16: 110,845 bits per row at T = 1, 412,349 with
+/// every filter). GPT-2's vocabulary (measured, cost report): **4232 bits per element**
+/// at T = 1 (26.6 MB per token in total), **21,616** with top-k = 50 and top-p = 0.9
+/// (135.8 MB).
 ///
 /// **Range** (contract): |x/T| < 4096 for every logit (the maximum's and negExp's
 /// comparisons in Z_2^32) and |x·2^30/T| < 2^62 raw; outside, results are silently wrong.

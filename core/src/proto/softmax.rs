@@ -13,7 +13,7 @@ use crate::share::Shares;
 use super::gelu::{encode_at, lincomb};
 use super::maxpool::{Compare, MaxMethod, max_segments};
 use super::mul::{cross_terms, mul_trunc, mul_trunc_in, square_trunc, square_trunc_in};
-use super::{b2a, lt_public, mul, reciprocal_extra, reshare_trunc_narrow, trunc_in};
+use super::{reciprocal_extra, reshare_trunc_narrow, trunc_in};
 
 /// Ring width k' of the comparisons in [`neg_exp_with`] and in the row maxima of the
 /// softmax functions: 32 bits. [`neg_exp_with`] is exact on its branch while
@@ -28,6 +28,17 @@ const NEG_EXP_CUT_FRAC_BITS: u32 = 4;
 /// bits, so that squares stay below 2^62 and the {0, +1}-ulp truncations, doubled by every
 /// later squaring, stay far below the approximation error (2^9 · 2^−30 ≈ 5e-7 at t = 9).
 const NEG_EXP_BITS: u32 = 30;
+
+/// Guard bits of [`neg_exp_with`]'s last square below its output grid: the square is cut
+/// locally (its three parts shifted right, [`super::reshare_cut`]), which errs by up to 2
+/// units of its grid, and the join's lift truncates these bits away with a stochastic
+/// rounding. With 6 the cut adds at most 2^−5 output ulp to the rounding's 1.
+const EXP_GUARD_BITS: u32 = 6;
+
+/// Bits above the guarded square's fractional bits of [`neg_exp_with`]'s join ring: the
+/// selected value e^x ≤ 1 (and its roundings) must stay within the lift's ±2^(k−2), so
+/// k = out + 6 + 3 (31 bits inside the softmax at f = 18, 27 for [`neg_exp_with`]).
+const EXP_JOIN_HEADROOM_BITS: u32 = 3;
 
 /// Fractional bits of [`ExpApprox::Minimax`]'s powers and polynomial (f + 3 if that is
 /// more, so that u = x/8 + 7/8 stays a left shift of x). No squaring chain amplifies them:
@@ -82,23 +93,27 @@ pub enum ExpApprox {
     /// maximum relative error to e^(x/2) on x ∈ [−14, 0] ([`ExpApprox::MINIMAX_COEFFS`]):
     /// relative error ≤ 4.1e-7 for P, ≤ 8.2e-7 for P² (max |P² − e^x| = 7.0e-7), uniform
     /// over the range, where Taylor2 t = 8's grows to 7e-3 at x = −14. Rounds 11: P by
-    /// Paterson–Stockmeyer in 8, one squaring, the join.
+    /// Paterson–Stockmeyer in 8, one squaring (1), the join (2).
     Minimax,
 }
 
 impl ExpApprox {
-    /// Rounds of [`neg_exp_with`].
+    /// Rounds of [`neg_exp_with`] for 9 ≤ f ≤ 33 (its cutoff comparison in 6 rounds): the
+    /// approximation's own rounds, or the cutoff's 8 (7 with the one-round B2A) if they
+    /// are fewer, plus the join's 2.
     pub const fn rounds(self) -> u32 {
+        let own = self.chain_rounds();
+        let cutoff = if own >= 8 { 8 } else { 7 };
+        if own > cutoff { own + 2 } else { cutoff + 2 }
+    }
+
+    /// Rounds of the approximation alone (branch (b) of [`neg_exp_with`]), its last
+    /// squaring reshared in one round after a local cut.
+    const fn chain_rounds(self) -> u32 {
         match self {
-            ExpApprox::Puma { squarings } => {
-                if squarings >= 4 {
-                    2 * squarings + 1
-                } else {
-                    8
-                }
-            }
-            ExpApprox::Taylor2 { squarings } => 2 * squarings + 3,
-            ExpApprox::Minimax => 11,
+            ExpApprox::Puma { squarings } => 2 * squarings - 1,
+            ExpApprox::Taylor2 { squarings } => 2 * squarings + 1,
+            ExpApprox::Minimax => 9,
         }
     }
 
@@ -133,25 +148,37 @@ impl ExpApprox {
 /// - (a) b = [x < −14] by one comparison on x cut locally to 4 fractional bits (a sharing
 ///   of ⌊16x⌋ − e, e ∈ {0, 1, 2}) in Z_2^(32−f+4) (Z_2^18 at f = 18): x < −14 always
 ///   reads as below and x ≥ −14 + 3/16 never does; between them e^x < 1.0e-6 (a quarter
-///   of an output ulp at f = 18) may be zeroed. Then B2A:
-///   the two-round B2A (R_LT + 2 = 8 rounds, 192 bits) whenever (b) takes at least 8
-///   rounds, i.e. for every approximation but Puma t = 3, so that (a) stays hidden behind
-///   (b); for Puma t = 3 (6 rounds in (b)) the one-round B2A (R_LT + 1 = 7 rounds,
-///   256 bits);
+///   of an output ulp at f = 18) may be zeroed. Then B2A into the join's ring Z_2^J,
+///   J = f + 9 (below): the two-round B2A (R_LT + 2 = 8 rounds, 3J bits) whenever (b)
+///   takes at least 8 rounds, i.e. for every approximation but Puma t = 3, so that (a)
+///   stays hidden behind (b); for Puma t = 3 (5 rounds in (b)) the one-round B2A
+///   (R_LT + 1 = 7 rounds, 4J bits);
 /// - (b) [`ExpApprox::Puma`]: the squaring chain at 30 internal fractional bits: with
 ///   B = x + 2^t (local), y1 = trunc(B², 2f + 2t − 30) = (1 + x/2^t)² — the division by 2^t
 ///   is folded into that truncation —, then t − 2 squarings truncated by 30, and the last
-///   one truncated by 60 − f back to f bits: t products and t truncations, 2t rounds.
+///   one cut (below): t products, 2t − 1 rounds.
 ///   [`ExpApprox::Taylor2`] first computes the base B = 1 + y + y²/2 (y = x/2^t) at 30
 ///   fractional bits — y is a local shift of x, y²/2 = trunc(x², 2f + 2t + 1 − 30) costs
 ///   one product and one truncation — and then squares it t times (t − 1 truncations by
-///   30, the last by 60 − f). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial
+///   30, the last one cut). [`ExpApprox::Minimax`] evaluates its degree-12 polynomial
 ///   P(u), u = x/8 + 7/8 (a local shift), at 25 fractional bits (f + 3 for f > 22) by
 ///   Paterson–Stockmeyer,
 ///   A + u⁴·B1 + u⁸·B2, the truncations fused into the reshares: u² (2 rounds), {u³, u⁴}
 ///   (2), u⁸ (2) alongside the truncation of B1 and B2 (1), the fused sum u⁴·B1 + u⁸·B2 + A
-///   (2), then one squaring to f bits (2);
-/// - join: (1 − b)·y, one product (no truncation: 1 − b is an integer).
+///   (2), then P² cut (1). The last square is not truncated by a protocol: each party
+///   shifts its part of the product right, to f + g fractional bits (g = 6 guard bits),
+///   and reshares it in Z_2^J (one round, no strings; docs/PROTOCOLS.md, Narrow
+///   truncation and lift). That errs by less than 2 units of 2^−(f+g) (plus a constant
+///   unit that centres it);
+/// - join: (1 − b)·y + b·(−1), one fused product (no truncation: b is an integer) in
+///   Z_2^J, truncated by g and lifted to Z_2^64 in one step (2; docs/PROTOCOLS.md,
+///   Narrow truncation and lift): the selected e^x ≤ 1 at f + g bits stays within the
+///   lift's ±2^(J−2). The −1 below the cutoff (one unit of the guard grid) is rounded up
+///   to exactly 0 by the truncation, whose carry cannot occur for low bits all ones; a 0
+///   would come out as one output ulp once in 2^g. Against a truncated last square and a
+///   join over Z_2^64: the B2A and the square send J bits instead of 64, the square
+///   needs no halves, strings nor second round, and the lift costs 2J + 64 + 4(64 − J + g)
+///   instead of a 192-bit reshare.
 ///
 /// **Range** (contract): x ≤ 0 (positive inputs overflow the chain) and
 /// |x + 14| < 8191.8125 (the narrow comparison of the cut x); inputs below −2^(t+1) give garbage in branch (b) that b
@@ -159,23 +186,24 @@ impl ExpApprox {
 /// Puma t = 5: ≤ 8.56e-3, t = 8: ≤ 1.07e-3 — the approximation's own maxima
 /// max |(1 + x/2^t)^(2^t) − e^x| = 8.55e-3 and 1.05e-3 (near x = −2) — and at most 4e-6
 /// from the protocol; Taylor2 t = 4: ≤ 1.1e-3, t = 8: ≤ 1e-5 (7.2e-6: approximation
-/// 3.5e-6 plus protocol); Minimax ≤ 5e-6 (4.2e-6: approximation 7.0e-7, the rest the
-/// output's stochastic rounding at f = 18, 1 ulp = 3.8e-6).
+/// 3.5e-6 plus protocol); Minimax ≤ 5e-6 (4.3e-6: approximation 7.0e-7, the rest the
+/// output's stochastic rounding at f = 18, 1 ulp = 3.8e-6, and the cut's 2^−5 ulp at most).
 ///
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
-/// t = 9: 19), 8 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
-/// Bits per element, summed over the parties, with trunc(d) = 64 + 4d: Puma 218
-/// (comparison in Z_2^18; 414 in Z_2^32 on the uncut x) + 192 (two-round B2A; 256 for t = 3) + 128·t (squares, each truncation
-/// fused into the square's reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) +
-/// trunc(60 − f) + 192 (join); f = 18: t = 5 **2154 bits** (≈ 90 bytes per party and
-/// element with role rotation), t = 8 3114, t = 9 3434. Taylor2 218 + 192 + 128 (x², fused
-/// truncation) + trunc(2f + 2t − 29) + 128·t + (t − 1)·trunc(30) + trunc(60 − f) + 192:
-/// t = 4: **2150 bits**, t = 8: 3430;
-/// Minimax 218 + 192 + 5·(3·53 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
-/// 25 fused into its reshare, all in Z_2^53) + 2·(53 + 4·25) (B1, B2) + 2·53 + 64 +
-/// 4(64 − 53 + 50 − f) (P², fused, out of Z_2^53) + 192 (join) = **2545 bits** at f = 18
-/// (≈ 106 bytes per party and element with role rotation; Taylor2 t = 8: 143; 2710 with
-/// the chain over Z_2^64).
+/// t = 9: 19), 9 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
+/// Bits per element, summed over the parties, with trunc(d) = 64 + 4d, J = f + 9 and
+/// g = 6: Puma 218 (comparison in Z_2^18; 414 in Z_2^32 on the uncut x) + 3J (two-round
+/// B2A; 4J for t = 3) + 128·(t − 1) (squares, each truncation fused into the square's
+/// reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + 3J (the last square, cut) + 2J +
+/// 64 + 4(64 − J + g) (the join's truncating lift); f = 18: t = 5 **1862 bits** (≈ 78
+/// bytes per party and element with role rotation), t = 8 2822, t = 9 3142 (t = 3: 1249).
+/// Taylor2 218 + 3J + 128 (x², fused truncation) + trunc(2f + 2t − 29) + 128·(t − 1) +
+/// (t − 1)·trunc(30) + 3J + 2J + 64 + 4(64 − J + g): t = 4: **1858 bits**, t = 8: 3138;
+/// Minimax 218 + 3J + 5·(3·53 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 25 fused into its reshare, all in Z_2^53) + 2·(53 + 4·25) (B1, B2) + 3J (P², cut) +
+/// 2J + 64 + 4(64 − J + g) = **2271 bits** at f = 18 (≈ 95 bytes per party and element
+/// with role rotation; Taylor2 t = 8: 131; 2545 with P² truncated and the join over
+/// Z_2^64, 2710 with the chain there too).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -205,33 +233,42 @@ async fn neg_exp_at(
         .checked_sub(cut)
         .and_then(Width::new)
         .ok_or(Error::bug("softmax ring width"))?;
-    let n = x.len();
     let cutoff = (14u64 << (f - cut)).wrapping_neg();
+    // The join's narrow ring: the selected square, e^x ≤ 1 (plus its roundings) at
+    // `out` + g bits, is within the lift's ±2^(out+g+1).
+    let guard = EXP_GUARD_BITS;
+    let ring =
+        Width::new(out + guard + EXP_JOIN_HEADROOM_BITS).ok_or(Error::bug("negExp join ring"))?;
+    // The cheaper two-round B2A whenever branch (b) is long enough to hide its round.
+    let relay = approx.chain_rounds() >= super::msb::msb_rounds(width.bits()) + 2;
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
-    let branch_a = async {
-        let cut_x = super::gelu::shift_components(x, cut);
-        let below = lt_public(&mut ca, &cut_x, &vec![cutoff; n], width).await?;
-        // The cheaper two-round B2A whenever branch (b) is long enough to hide its round.
-        let b = if approx.rounds() > super::msb::msb_rounds(width.bits()) + 2 {
-            super::b2a::b2a_two_rounds(&mut ca, &below).await?
-        } else {
-            b2a(&mut ca, &below).await?
-        };
-        Ok::<_, Error>(b.neg().add_public_scalar(1))
-    };
+    let cut_x = super::gelu::shift_components(x, cut);
+    let cutoffs = [cutoff];
+    let branch_a = super::gelu::breakpoint_bits(&mut ca, &cut_x, &cutoffs, width, relay, ring);
     let branch_b = async {
-        match chain {
+        // The chains end one squaring short: y² is e^x.
+        let (y, chain_ring, y_frac) = match chain {
             Chain::Squarings {
                 t,
                 taylor,
                 first_shift,
                 y_shift,
-            } => squaring_chain(&mut cb, x, (f, out), t, taylor, first_shift, y_shift).await,
-            Chain::Minimax => minimax_chain(&mut cb, x, (f, out)).await,
-        }
+            } => squaring_chain(&mut cb, x, f, t, taylor, (first_shift, y_shift)).await?,
+            Chain::Minimax => minimax_chain(&mut cb, x, f).await?,
+        };
+        // The last square, cut locally to out + g bits and reshared into the join's ring.
+        let d = (2 * y_frac)
+            .checked_sub(out + guard)
+            .ok_or(Error::bug("negExp's square below its output grid"))?;
+        super::reshare_cut(&mut cb, cross_terms(&y, &y), chain_ring, d, ring).await
     };
-    let (keep, y) = try_join(branch_a, branch_b).await?;
-    mul(&mut ctx, &keep, &y).await
+    let (below, y) = try_join(branch_a, branch_b).await?;
+    // Below the cutoff the piece is −1 on the guard grid, not 0: the lift's truncation
+    // rounds a value ≡ −1 mod 2^g up with certainty (its low bits cannot carry), so those
+    // outputs are exactly 0, where a 0 would come out as one output ulp once in 2^g.
+    let minus_one = Shares::zeros(y.party(), y.len()).add_public_scalar(u64::MAX);
+    let pieces = [Some(&minus_one), Some(&y)];
+    super::gelu::join_pieces(&mut ctx, &below, &pieces, (ring, guard), Width::W64).await
 }
 
 /// Branch (b) of [`neg_exp_with`], its parameters checked before any message is sent.
@@ -294,16 +331,17 @@ impl Chain {
     }
 }
 
-/// (1 + x/2^t)^(2^t) or (1 + y + y²/2)^(2^t), y = x/2^t, at f bits: 2t resp. 2t + 2 rounds.
+/// (1 + x/2^t)^(2^(t−1)) or (1 + y + y²/2)^(2^(t−1)), y = x/2^t, over Z_2^64 at 30 bits
+/// (returned with that ring and those bits), whose square is the approximation: 2t − 2
+/// resp. 2t rounds.
 async fn squaring_chain(
     c: &mut Ctx,
     x: &Shares,
-    (f, out): (u32, u32),
+    f: u32,
     t: u32,
     taylor: bool,
-    first_shift: u32,
-    y_shift: u32,
-) -> Result<Shares, Error> {
+    (first_shift, y_shift): (u32, u32),
+) -> Result<(Shares, Width, u32), Error> {
     // y1 = base² at 30 bits; `rest` squarings follow.
     let (mut y, rest) = if taylor {
         // B = 1 + y + y²/2 at 30 bits: y = x·2^(30 − f − t), y²/2 = x²/2^(2f + 2t + 1 − 30).
@@ -320,28 +358,29 @@ async fn squaring_chain(
     for _ in 1..rest {
         y = square_trunc(c, &y, NEG_EXP_BITS).await?;
     }
-    square_trunc(c, &y, 2 * NEG_EXP_BITS - out).await
+    Ok((y, Width::W64, NEG_EXP_BITS))
 }
 
-/// [`ExpApprox::Minimax`]'s P(u)² at f bits, u = x/8 + 7/8, every power and P at p = 25
-/// fractional bits ([`MINIMAX_BITS`]; f + 3 for f > 22): 10 rounds.
+/// [`ExpApprox::Minimax`]'s P(u), u = x/8 + 7/8, whose square is the approximation, with
+/// every power and P at p = 25 fractional bits ([`MINIMAX_BITS`]; f + 3 for f > 22) in
+/// Z_2^(2p+3) (returned with that ring and p): 8 rounds.
 ///
 /// P = A + u⁴·B1 + u⁸·B2 (Paterson–Stockmeyer) with A = c0 + c1·u + c2·u² + c3·u³,
 /// B1 = c4 + c5·u + c6·u² + c7·u³, B2 = c8 + c9·u + c10·u² + c11·u³ + c12·u⁴:
 /// u² (rounds 1–2), {u³, u⁴} (3–4), u⁸ (5–6) alongside B1, B2 formed at 2p bits
 /// (coefficients at p bits) and truncated by p (5), then the cross terms of u⁴·B1 and
 /// u⁸·B2 plus A at 2p bits (coefficients at p bits, c0 at 2p) reshared and truncated to p
-/// bits in one (7–8), and P² truncated by 2p − f (9–10). Truncation errors are 2^−25 each
-/// (below 9.5e-7 on P² in all, see [`MINIMAX_BITS`]).
+/// bits in one (7–8). Truncation errors are 2^−25 each (below 9.5e-7 on P² in all, see
+/// [`MINIMAX_BITS`]).
 ///
 /// Every |c_k| < 1/3 and, on the supported range x ∈ [−14, 0], |u| ≤ 7/8 and P ≤ 1, so
 /// every product and every B stays below 2^(2p+1) raw. The chain is therefore made in
 /// Z_2^(2p+3) (Z_2^53 at p = 25; docs/PROTOCOLS.md, Narrow truncation and lift): its
-/// powers and P are only read by later products of the chain, and only P² leaves it, into Z_2^64. Each truncation inside the chain sends
-/// 2·11 + 11 bits fewer (the halves and R1's word) and the B's 11 fewer; P², whose input
-/// is narrow and output wide, 22 more: 165 bits fewer per element. Inputs below −14 give
-/// garbage here, as over Z_2^64, and the cutoff's selector zeroes it exactly.
-async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<Shares, Error> {
+/// powers and P are only read by later products of the chain, P² included, whose cut
+/// leaves out + 9 bits of that ring. Each truncation inside the chain sends 2·11 + 11 bits
+/// fewer (the halves and R1's word) than over Z_2^64 and the B's 11 fewer. Inputs below
+/// −14 give garbage here, as over Z_2^64, and the cutoff's selector zeroes it exactly.
+async fn minimax_chain(c: &mut Ctx, x: &Shares, f: u32) -> Result<(Shares, Width, u32), Error> {
     let p = MINIMAX_BITS.max(f + 3);
     let ring = Width::new(2 * p + 3).ok_or(Error::bug("negExp chain ring"))?;
     let chain = (ring, ring);
@@ -390,7 +429,7 @@ async fn minimax_chain(c: &mut Ctx, x: &Shares, (f, out): (u32, u32)) -> Result<
         *zk = zk.wrapping_add(wk).wrapping_add(*ak);
     }
     let poly = reshare_trunc_narrow(c, z, ring, p, ring).await?;
-    square_trunc_in(c, &poly, 2 * p - out, (ring, Width::W64)).await
+    Ok((poly, ring, p))
 }
 
 /// The narrowest ring, in bits, in which [`softmax_rows_with`] and [`softmax_matmul_batch`]
@@ -470,10 +509,10 @@ pub async fn softmax_rows(
 /// | approx | negExp rounds | random, dominant, equal rows | adversarial rows |
 /// |---|---|---|---|
 /// | Puma t = 5 | 11 | 2.2e-2 | 0.20 |
-/// | Puma t = 9 | 19 | 1.4e-3 | 1.3e-2 |
+/// | Puma t = 9 | 19 | 1.5e-3 | 1.3e-2 |
 /// | Taylor2 t = 4 | 11 | 4.3e-3 | 9.3e-2 |
-/// | Taylor2 t = 8 | 19 | 1.5e-5 | 2.5e-4 |
-/// | Minimax | 11 | 5.5e-6 | 4.1e-6 |
+/// | Taylor2 t = 8 | 19 | 1.6e-5 | 2.6e-4 |
+/// | Minimax | 11 | 6.1e-6 | 3.9e-6 |
 ///
 /// PUMA's base underestimates e^z by ≈ z²/2^(t+1) relative, and many entries a few units
 /// below the maximum add up (an f64 evaluation of the approximation alone gives the same
@@ -482,10 +521,10 @@ pub async fn softmax_rows(
 /// or benign rows; Taylor2 meets them in the same rounds (t = 4, resp. t = 8 — the latter
 /// on every row tested). [`ExpApprox::Minimax`]'s relative error is uniform (8.2e-7 on
 /// [−14, 0]), so its figures are the protocol's rounding (the `protocol` figure of the test,
-/// 5.5e-6, with the maxima compared on cut keys), in 8 negExp rounds fewer than Taylor2
-/// t = 8 and with 21 % fewer bytes.
+/// 5.4e-6, with the maxima compared on cut keys), in 8 negExp rounds fewer than Taylor2
+/// t = 8 and with 28 % fewer bytes.
 ///
-/// **Rounds** = R_max + R_exp + 9 + 2 with R_max the rounds of the maximum for the longest
+/// **Rounds** = R_max + R_exp + 6 + 2 with R_max the rounds of the maximum for the longest
 /// row ([`crate::proto::max_rows_with`]'s with the carry tree; with cut keys each level
 /// compares in 3 rounds instead of R_LT(32) = 6), R_exp those of [`ExpApprox::rounds`] and
 /// 6 those of the row reciprocal ([`reciprocal_extra`]): n ≤ 32, Puma t = 5 (or Taylor2
@@ -495,12 +534,13 @@ pub async fn softmax_rows(
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
 /// max (n = 32: 216262 by the carry tree, 169142 with cut keys: 496 comparisons of 319
-/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 2138; Minimax: 2529, 16
-/// below [`neg_exp_with`]'s) + the row's reciprocal (n ≤ 32: 17419,
+/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 1878; Minimax: 2287; 16
+/// above [`neg_exp_with`]'s, whose join ring is 4 bits narrower) + the row's reciprocal
+/// (n ≤ 32: 17419,
 /// [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 + 4(f + 16)) (final products with
 /// their truncations fused into the reshare: 328 per entry); n = 32, Puma t = 5:
-/// 216262 + 68416 + 17419 + 10496 = **312593 bits (39.1 KB) per row**; Minimax:
-/// 169142 + 80928 + 17419 + 10496 = **277985**; pinned in tests/softmax.rs and
+/// 216262 + 60096 + 17419 + 10496 = **304273 bits (38.0 KB) per row**; Minimax:
+/// 169142 + 73184 + 17419 + 10496 = **270241**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs. Over several levels of cut keys, each B2A'd member costs
 /// 4·(k' − f + 5) bits instead of 256 and each group's sum 3·(k' − f + 5) instead of
 /// 192 (76 and 57 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
@@ -712,7 +752,7 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// f = 18 instead of 328 per probability) and the reciprocal at 12 extra bits (r at
 /// f + 8 from S at f + 4) instead of 16, plus the product with V (128 + 64 + 4(f + 4) =
 /// 280 per output); GPT-2's attention (12 × 32 causal rows over 32 keys, heads of 64):
-/// 155773 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
+/// 151780 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by

@@ -114,6 +114,38 @@ pub(crate) async fn reshare_trunc_narrow(
     reshare_trunc_rings(ctx, z, Plan::new(input, output, d)?).await
 }
 
+/// Reshare after a local cut: replicated shares of ⌊Z/2^d⌋ + 1 − e mod 2^`output`,
+/// e ∈ {0, 1, 2}, for a 3-of-3 sum Z read mod 2^`input` (bits above are ignored). Every
+/// party shifts its own part right by d (a sum of three parts loses at most two carries,
+/// and the wrap of the sum vanishes mod 2^(k − d), k = `input`) and reshares it in
+/// Z_2^`output`: one round and no strings, where [`reshare_trunc_narrow`] takes two. The
+/// result is within (−2, 1] units of Z/2^d rather than [0, 1), so a caller keeps guard
+/// bits below the grid it needs (docs/PROTOCOLS.md, Narrow truncation and lift).
+///
+/// **Error bound**: ⌊Z/2^d⌋ − 1, ⌊Z/2^d⌋ or ⌊Z/2^d⌋ + 1 mod 2^`output`, for any Z.
+///
+/// Rounds: 1. Bits per element, summed over the parties: 3m, m = `output`.
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` and m + d ≤ k; `Protocol` if a message is malformed.
+pub(crate) async fn reshare_cut(
+    ctx: &mut Ctx,
+    z: Vec<u64>,
+    input: Width,
+    d: u32,
+    output: Width,
+) -> Result<Shares, Error> {
+    if d == 0 || output.bits() + d > input.bits() {
+        return Err(Error::misuse(
+            "a local cut must shift, and leave the output's bits of its ring",
+        ));
+    }
+    let cut: Vec<u64> = z.into_iter().map(|v| input.reduce(v) >> d).collect();
+    Ok(super::reshare_in(ctx, cut, output)
+        .await?
+        .add_public_scalar(1))
+}
+
 /// Finishes a product from its summands: replicated shares of ⌊X/2^d⌋ (+1) mod
 /// 2^`output`, where X is the sum of the three parties' [`Summands`] read mod 2^`input`
 /// (bits above are ignored, so factors known only mod 2^`input` may have made them) as a
@@ -632,12 +664,12 @@ mod tests {
     fn truncation_from_a_narrow_ring_ignores_the_bits_above_it() {
         // SiLU's final sum: Z_2^42 shifted by 20 into 20 bits (no strings); GeLU's: Z_2^43
         // by 20 into 33 bits (10-bit strings); negExp's chain: Z_2^53 by 25 within it
-        // (25-bit strings), and its P² by 32 out of it into Z_2^64 (43-bit strings).
+        // (25-bit strings), and its join: Z_2^31 by 6 into Z_2^64 (39-bit strings).
         for (k, d, m, string_bits) in [
             (42u32, 20u32, 20u32, 0u64),
             (43, 20, 33, 10),
             (53, 25, 53, 25),
-            (53, 32, 64, 43),
+            (31, 6, 64, 39),
         ] {
             let input = Width::new(k).unwrap();
             let out = Width::new(m).unwrap();
@@ -666,6 +698,92 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn low_bits_all_ones_always_round_up() {
+        // negExp's join gives its zeroed entries −1 on the guard grid so that its
+        // truncating lift (Z_2^31 by 6 into Z_2^64) makes them exactly 0: the halves' low
+        // bits sum to 2^d − 1 and cannot carry, whatever the parts.
+        let (k, d) = (31u32, 6u32);
+        let input = Width::new(k).unwrap();
+        for low in [(1u64 << d) - 1, 0] {
+            // Values ≡ low mod 2^d: −1 and 2^d·j − 1 (low all ones), and multiples of 2^d.
+            let xs: Vec<u64> = (0..600i64).map(|j| ((j - 300) << d) as u64 | low).collect();
+            let (y, _, _) = run(xs.clone(), move |mut ctx, z| async move {
+                reshare_trunc_narrow(&mut ctx, z, input, d, Width::W64).await
+            });
+            let ups = xs
+                .iter()
+                .zip(&y)
+                .filter(|&(&x, &y)| y == (((x as i64) >> d) + 1) as u64)
+                .count();
+            if low == 0 {
+                // With the low bits all zero the +1 is the exception (about 1 in 2^d).
+                assert!(ups < 60, "{ups} of 600 rounded up");
+            } else {
+                assert_eq!(ups, xs.len(), "low bits all ones must always round up");
+            }
+        }
+    }
+
+    #[test]
+    fn a_local_cut_is_within_one_unit_of_the_floor_and_costs_one_round() {
+        // negExp's last square: Z_2^53 cut by 19 into Z_2^31 (P² at 50 bits to 28 + 3),
+        // and Z_2^64 by 32 into Z_2^31 (the squaring chains' 60 bits to 28); parts with
+        // garbage above the input ring.
+        for (k, d, m) in [(53u32, 19u32, 31u32), (64, 32, 31)] {
+            let (input, out) = (Width::new(k).unwrap(), Width::new(m).unwrap());
+            // 344 values: every party's message a whole number of bytes.
+            let xs = edges(k, 337);
+            let noisy: Vec<u64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let garbage = (i as u64 + 11).wrapping_mul(0x7f4a_7c15);
+                    x.wrapping_add(garbage.checked_shl(k).unwrap_or(0))
+                })
+                .collect();
+            let (y, bytes, rounds) = run(noisy, move |mut ctx, z| async move {
+                reshare_cut(&mut ctx, z, input, d, out).await
+            });
+            assert_eq!(rounds, 1);
+            assert_eq!(
+                bytes.iter().sum::<u64>() * 8,
+                xs.len() as u64 * 3 * u64::from(m)
+            );
+            let mut seen = [false; 3];
+            for (&x, &y) in xs.iter().zip(&y) {
+                let signed = if k == 64 {
+                    x as i64
+                } else {
+                    ((x << (64 - k)) as i64) >> (64 - k)
+                };
+                let floor = (signed >> d) as u64;
+                let off = out.reduce(y.wrapping_sub(floor).wrapping_add(1));
+                assert!(off <= 2, "k = {k}, d = {d}: {x:#x} ↦ {y:#x}");
+                if let Some(s) = seen.get_mut(off as usize) {
+                    *s = true;
+                }
+            }
+            // All three outcomes occur: the bound is tight, not loose.
+            assert_eq!(seen, [true; 3], "k = {k}");
+        }
+        // A cut that leaves fewer bits than the output asks is refused.
+        let refused = Sim::new(3).run(|me| {
+            let z = parts(&[1, 2, 3], me);
+            move |mut ctx| async move {
+                reshare_cut(
+                    &mut ctx,
+                    z,
+                    Width::new(40).unwrap(),
+                    10,
+                    Width::new(31).unwrap(),
+                )
+                .await
+            }
+        });
+        assert!(refused.into_results().is_err());
     }
 
     #[test]
