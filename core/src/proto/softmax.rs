@@ -98,9 +98,9 @@ pub enum ExpApprox {
 }
 
 impl ExpApprox {
-    /// Rounds of [`neg_exp_with`] for 9 ≤ f ≤ 33 (its cutoff comparison in 6 rounds): the
-    /// approximation's own rounds, or the cutoff's 8 (7 with the one-round B2A) if they
-    /// are fewer, plus the join's 2.
+    /// Rounds of [`neg_exp_with`] for f ≤ 18 (its cutoff comparison, in Z_2^(36−f), takes
+    /// 6 rounds; fewer above): the approximation's own rounds, or the cutoff's 8 (7 with the
+    /// one-round B2A) if they are fewer, plus the join's 2.
     pub const fn rounds(self) -> u32 {
         let own = self.chain_rounds();
         let cutoff = if own >= 8 { 8 } else { 7 };
