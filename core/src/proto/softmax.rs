@@ -168,8 +168,8 @@ impl ExpApprox {
 ///   (2), then P² cut (1). The last square is not truncated by a protocol: each party
 ///   shifts its part of the product right, to f + g fractional bits (g = 6 guard bits),
 ///   and reshares it in Z_2^J (one round, no strings; docs/PROTOCOLS.md, Narrow
-///   truncation and lift). That errs by less than 2 units of 2^−(f+g) (plus a constant
-///   unit that centres it);
+///   truncation and lift). With a constant unit added it lies within (−2, 1] units of
+///   2^−(f+g) of the exact square, −½ unit on average;
 /// - join: (1 − b)·y + b·(−1), one fused product (no truncation: b is an integer) in
 ///   Z_2^J, truncated by g and lifted to Z_2^64 in one step (2; docs/PROTOCOLS.md,
 ///   Narrow truncation and lift): the selected e^x ≤ 1 at f + g bits stays within the
