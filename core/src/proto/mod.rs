@@ -62,7 +62,7 @@ pub use softmax::{
 use trunc::{
     reshare_cut, reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow, trunc_in,
 };
-pub use trunc::{reshare_trunc_summands, trunc};
+pub use trunc::{reshare_cut_summands, reshare_trunc_summands, trunc};
 
 use alloc::vec::Vec;
 

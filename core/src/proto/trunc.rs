@@ -171,6 +171,25 @@ pub async fn reshare_trunc_summands(
     reshare_trunc_narrow(ctx, s.into_words(), input, d, output).await
 }
 
+/// Finishes a product from its summands by a local cut ([`reshare_cut`]'s protocol):
+/// replicated shares of ⌊X/2^d⌋ − 1, ⌊X/2^d⌋ or ⌊X/2^d⌋ + 1 mod 2^`output` for the sum X
+/// of the parties' [`Summands`] read mod 2^`input`, in one round and 3m bits (m =
+/// `output`), where [`reshare_trunc_summands`] takes two rounds and its halves. For a
+/// consumer that reads the result mod 2^m ≤ 2^(k − d) only and tolerates its error
+/// (within (−2, 1] units, −½ on average; docs/PROTOCOLS.md, Narrow truncation and lift).
+///
+/// # Errors
+/// `Misuse` unless 1 ≤ `d` and m + d ≤ k; `Protocol` if a message is malformed.
+pub async fn reshare_cut_summands(
+    ctx: &mut Ctx,
+    s: Summands,
+    input: Width,
+    d: u32,
+    output: Width,
+) -> Result<Shares, Error> {
+    reshare_cut(ctx, s.into_words(), input, d, output).await
+}
+
 /// Reshare and lift: turns a 3-of-3 additive sharing `z` of a value X of the narrow ring
 /// Z_2^k (k = `input`; the bits of z above k are ignored) into replicated shares of X over
 /// Z_2^64, for −2^(k−2) ≤ X < 2^(k−2) read as a signed k-bit value. The truncation's

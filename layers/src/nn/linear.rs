@@ -98,7 +98,11 @@ impl Linear {
     ) -> Result<Shares, Error> {
         let f = ctx.fixed().frac_bits();
         let s = self.summands(ctx, x, rows).await?;
-        proto::reshare_trunc_summands(ctx, s, Width::W64, f, ring).await
+        if ring.bits() + f <= 64 {
+            proto::reshare_cut_summands(ctx, s, Width::W64, f, ring).await
+        } else {
+            proto::reshare_trunc_summands(ctx, s, Width::W64, f, ring).await
+        }
     }
 
     /// The summands of `x·W + b` at 2f fractional bits, before the reshare and truncation
