@@ -356,6 +356,23 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    // The MLP's first projection cut into the GeLU's Z_2^46 (puma-layers): from Z_2^64 by f.
+    let v = x.clone();
+    t.row(
+        "reshare_cut_summands of mul_summands, Z_2^64 → Z_2^46",
+        "element",
+        n,
+        measure(move |mut c, me| {
+            let v = v.clone();
+            async move {
+                let s = shares(me, &v);
+                let f = c.fixed().frac_bits();
+                let output = Width::new(46).ok_or(Error::bug("ring"))?;
+                let z = proto::mul_summands(&s, &s)?;
+                proto::reshare_cut_summands(&mut c, z, Width::W64, f, output).await
+            }
+        }),
+    )?;
     let (m, k, o) = (24, 768, 64);
     let ab = reals(m * k + k * o, -1.0, 1.0, 2);
     for fixed in [false, true] {

@@ -36,6 +36,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
         2,
         280.0,
     ),
+    (
+        "reshare_cut_summands of mul_summands, Z_2^64 → Z_2^46",
+        1,
+        138.0,
+    ),
     ("matmul 24×768 · 768×64", 1, 192.0),
     ("matmul_fixed 24×768 · 768×64", 2, 264.0),
     ("matmul_batch 12 × (32×64 · 64×32)", 1, 192.0),

@@ -236,9 +236,9 @@ fn a_ragged_batch_of_four_costs_the_rounds_of_its_longest_prompt() {
     let prompts = fixture_prompts();
     let longest = prompts.iter().map(|(p, _)| p.len()).max().unwrap();
     for (mode, pinned) in [
-        (OutputMode::RevealLogits, 1804),
-        (OutputMode::SecureArgmax, 2381),
-        (OutputMode::Private, 2375),
+        (OutputMode::RevealLogits, 1780),
+        (OutputMode::SecureArgmax, 2357),
+        (OutputMode::Private, 2351),
     ] {
         let opts = RunOptions {
             max_new_tokens: 6,

@@ -82,10 +82,13 @@ impl Linear {
     }
 
     /// [`Linear::forward`] for a consumer that reads the output mod 2^k only, k = `ring`
-    /// (an activation that reads its input there, [`super::activation::Activation::input_ring`]):
-    /// the product is truncated into Z_2^k, 2 rounds and 128 + k + 4·max(0, k − 64 + f)
-    /// bits per output element (174 for k = 46 at f = 18, against 264 into Z_2^64). The
-    /// output is x·W + b as a signed value mod 2^k.
+    /// (an activation that reads its input there, [`super::activation::Activation::input_ring`]).
+    /// When k ≤ 64 − f (the GeLU's Z_2^46 at f = 18) the product is cut locally by f
+    /// ([`proto::reshare_cut_summands`]): 1 round and 3k bits per output element (138
+    /// against 264 into Z_2^64), within (−2, 1] ulps of x·W + b, −½ on average, an error
+    /// the GeLU's own 1.2e-4 dwarfs. Otherwise it is truncated into Z_2^k: 2 rounds and
+    /// 128 + k + 4·max(0, k − 64 + f) bits. The output is x·W + b as a signed value mod
+    /// 2^k.
     ///
     /// # Errors
     /// As [`Linear::forward`].
