@@ -171,7 +171,7 @@ pub async fn reshare_trunc_summands(
     reshare_trunc_narrow(ctx, s.into_words(), input, d, output).await
 }
 
-/// Finishes a product from its summands by a local cut ([`reshare_cut`]'s protocol):
+/// Finishes a product from its summands by a local cut (every party shifts its part right):
 /// replicated shares of ⌊X/2^d⌋ − 1, ⌊X/2^d⌋ or ⌊X/2^d⌋ + 1 mod 2^`output` for the sum X
 /// of the parties' [`Summands`] read mod 2^`input`, in one round and 3m bits (m =
 /// `output`), where [`reshare_trunc_summands`] takes two rounds and its halves. For a
