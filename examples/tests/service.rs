@@ -454,10 +454,10 @@ fn smollm2_through_the_service_is_token_identical() {
     let t0 = Instant::now();
     svc.upload_model("smollm2", &path);
     let upload = t0.elapsed();
-    // Four requests at once, two of each prompt.
+    // Both prompts at once (concurrency at scale is the Shakespeare tests' job: a SmolLM2
+    // request costs CI's two cores about 12 s).
     let running: Vec<_> = cases
         .iter()
-        .chain(&cases)
         .map(|(ids, want)| {
             (
                 svc.generate_with("smollm2", ids, MAX_NEW).spawn().unwrap(),
@@ -474,7 +474,7 @@ fn smollm2_through_the_service_is_token_identical() {
         );
     }
     eprintln!(
-        "smollm2 through the service: upload {upload:.1?}, four requests {:.1?}",
+        "smollm2 through the service: upload {upload:.1?}, two requests {:.1?}",
         t0.elapsed() - upload
     );
 }

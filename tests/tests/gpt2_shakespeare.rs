@@ -236,12 +236,12 @@ fn a_ragged_batch_of_four_costs_the_rounds_of_its_longest_prompt() {
     let prompts = fixture_prompts();
     let longest = prompts.iter().map(|(p, _)| p.len()).max().unwrap();
     for (mode, pinned) in [
-        (OutputMode::RevealLogits, 1780),
-        (OutputMode::SecureArgmax, 2357),
-        (OutputMode::Private, 2351),
+        (OutputMode::RevealLogits, 888),
+        (OutputMode::SecureArgmax, 1177),
+        (OutputMode::Private, 1174),
     ] {
         let opts = RunOptions {
-            max_new_tokens: 6,
+            max_new_tokens: 3,
             mode,
             seed: 5,
             ..RunOptions::default()
@@ -250,7 +250,7 @@ fn a_ragged_batch_of_four_costs_the_rounds_of_its_longest_prompt() {
         let model = || load_model(Path::new(DEFAULT_MODEL_DIR)).unwrap();
         let batched = puma_runner::gpt2::run_secure_batch(model(), &all, &opts, None).unwrap();
         for ((_, want), got) in prompts.iter().zip(&batched) {
-            assert_eq!(got.secure_ids, want[..6], "{mode:?}: batched ids");
+            assert_eq!(got.secure_ids, want[..3], "{mode:?}: batched ids");
         }
         // The batch costs what its longest prompt costs alone (the others cost no more).
         let (prompt, _) = prompts.iter().find(|(p, _)| p.len() == longest).unwrap();

@@ -102,8 +102,10 @@ impl ExpApprox {
     /// 6 rounds; fewer above): the approximation's own rounds, or the cutoff's 8 (7 with the
     /// one-round B2A) if they are fewer, plus the join's 2.
     pub const fn rounds(self) -> u32 {
+        // The cutoff's comparison width at f = 18: 32 − (18 − 4) = 18 bits.
+        let width = SOFTMAX_RING_BITS - (18 - NEG_EXP_CUT_FRAC_BITS);
         let own = self.chain_rounds();
-        let cutoff = if own >= 8 { 8 } else { 7 };
+        let (cutoff, _) = cutoff_branch(own, width);
         if own > cutoff { own + 2 } else { cutoff + 2 }
     }
 
@@ -239,8 +241,7 @@ async fn neg_exp_at(
     let guard = EXP_GUARD_BITS;
     let ring =
         Width::new(out + guard + EXP_JOIN_HEADROOM_BITS).ok_or(Error::bug("negExp join ring"))?;
-    // The cheaper two-round B2A whenever branch (b) is long enough to hide its round.
-    let relay = approx.chain_rounds() >= super::msb::msb_rounds(width.bits()) + 2;
+    let (_, relay) = cutoff_branch(approx.chain_rounds(), width.bits());
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     let cut_x = super::gelu::shift_components(x, cut);
     let cutoffs = [cutoff];
@@ -269,6 +270,16 @@ async fn neg_exp_at(
     let minus_one = Shares::zeros(y.party(), y.len()).add_public_scalar(u64::MAX);
     let pieces = [Some(&minus_one), Some(&y)];
     super::gelu::join_pieces(&mut ctx, &below, &pieces, (ring, guard), Width::W64).await
+}
+
+/// Rounds of [`neg_exp_with`]'s cutoff branch (a), its comparison in Z_2^`width`, beside a
+/// chain of `chain_rounds`, and whether its B2A takes the cheaper two-round form: it does
+/// whenever the chain is long enough to hide that round. One rule for the schedule and for
+/// [`ExpApprox::rounds`], so the two cannot drift apart.
+const fn cutoff_branch(chain_rounds: u32, width: u32) -> (u32, bool) {
+    let compare = super::msb::msb_rounds(width);
+    let relay = chain_rounds >= compare + 2;
+    (compare + if relay { 2 } else { 1 }, relay)
 }
 
 /// Branch (b) of [`neg_exp_with`], its parameters checked before any message is sent.
