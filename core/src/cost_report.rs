@@ -255,6 +255,16 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }
         }),
     )?;
+    t.row(
+        "share_one_hot, 4 rows over GPT-2's 50,257 columns (owner P0)",
+        "row",
+        4,
+        measure(move |mut c, me| async move {
+            let hot = [17u32, 50_256, 0, 31_337];
+            let mine = (me == PartyId::P0).then_some(&hot[..]);
+            proto::share_one_hot(&mut c, PartyId::P0, mine, 4, 1, 50_257).await
+        }),
+    )?;
     let v = x.clone();
     t.row(
         "reveal_all",

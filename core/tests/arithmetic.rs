@@ -389,3 +389,76 @@ fn batched_matmul_is_exact_and_costs_one_round() {
     assert_eq!(out.rounds(), 1);
     assert_eq!(out.payload_bytes(), [8 * (batch * m * n) as u64; 3]);
 }
+
+/// One-hot rows shared from point-function keys open to the rows themselves (a repeated
+/// column to a single one), in one round, for 2·8·(11 + 2·levels) bytes per column named
+/// from the owner and none from the others; a column outside the row is refused.
+#[test]
+fn one_hot_rows_open_to_the_rows_and_cost_two_keys_per_column() {
+    // GPT-2's vocabulary (13 levels: 6283 leaves of 8), a small odd width, one of 8.
+    for (width, per_row, owner) in [
+        (50257usize, 1usize, PartyId::P0),
+        (37, 2, PartyId::P1),
+        (8, 3, PartyId::P2),
+    ] {
+        let rows = 5;
+        let hot: Vec<u32> = (0..rows * per_row)
+            .map(|i| {
+                if per_row == 3 && i % 3 == 2 {
+                    ((i - 1) * 7 % width) as u32
+                } else {
+                    (i * 7919 % width) as u32
+                }
+            })
+            .collect();
+        let h = hot.clone();
+        let out = Sim::new(width as u64).run(move |me| {
+            let h = h.clone();
+            move |mut ctx| async move {
+                let x = proto::share_one_hot(
+                    &mut ctx,
+                    owner,
+                    (me == owner).then_some(&h[..]),
+                    rows,
+                    per_row,
+                    width,
+                )
+                .await?;
+                proto::reveal_all(&mut ctx, &x).await
+            }
+        });
+        // Sharing in 1 round, the opening in 1.
+        assert_eq!(out.rounds(), 2, "width {width}");
+        let bytes = out.payload_bytes();
+        let levels = (width.div_ceil(8) as f64).log2().ceil() as u64;
+        let keys = 2 * 8 * (11 + 2 * levels) * (rows * per_row) as u64;
+        // The opening sends each party's component once: 8·rows·width each.
+        let opening = 8 * (rows * width) as u64;
+        let o = owner as usize;
+        for (p, b) in bytes.iter().enumerate() {
+            let want = opening + if p == o { keys } else { 0 };
+            assert_eq!(*b, want, "width {width}, party {p}");
+        }
+        let [z, ..] = out.into_results().unwrap();
+        let mut want = vec![0u64; rows * width];
+        for (i, &c) in hot.iter().enumerate() {
+            want[(i / per_row) * width + c as usize] = 1;
+        }
+        assert_eq!(z, want, "width {width}");
+    }
+    let out = Sim::new(3).run(move |me| {
+        move |mut ctx| async move {
+            proto::share_one_hot(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&[7u32][..]),
+                1,
+                1,
+                7,
+            )
+            .await
+            .map(|_| ())
+        }
+    });
+    assert!(out.into_results().is_err());
+}

@@ -15,6 +15,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
         3,
         64.0,
     ),
+    (
+        "share_one_hot, 4 rows over GPT-2's 50,257 columns (owner P0)",
+        1,
+        4736.0,
+    ),
     ("reveal_all", 1, 192.0),
     ("reveal_to(P0)", 1, 64.0),
     // Products and truncation
@@ -224,6 +229,10 @@ fn cost_report_owner_and_receiver_rows_fall_on_one_party() {
             .unwrap_or_else(|| panic!("no row {name}"))
     };
     assert_eq!(per_party("share_input (owner P0)"), [8.0, 0.0, 0.0]);
+    assert_eq!(
+        per_party("share_one_hot, 4 rows over GPT-2's 50,257 columns (owner P0)"),
+        [592.0, 0.0, 0.0]
+    );
     assert_eq!(per_party("reveal_to(P0)"), [0.0, 8.0, 0.0]);
     assert_eq!(per_party("reveal_all"), [8.0, 8.0, 8.0]);
 }

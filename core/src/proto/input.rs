@@ -8,6 +8,9 @@ use crate::ring::Width;
 use crate::share::Shares;
 use crate::wire;
 
+use super::dpf;
+use crate::engine::budget::PRSS_WORD;
+
 /// Secret-shares `n` values held by `owner` (a computing party).
 ///
 /// Component `o+1` is `F_{o+1}(t)` (known to `owner` and its next party), component `o+2`
@@ -327,6 +330,119 @@ fn send_pieces(
         })
         .collect::<Result<Vec<&[u64]>, Error>>()?;
     ctx.send_parts_w64(to, &parts)
+}
+
+/// Secret-shares one-hot rows held by `owner` (a computing party): `rows` rows of `width`
+/// columns, row r holding a one at each of the `per_row` columns
+/// `hot[r·per_row..(r + 1)·per_row]` (a column named twice holds a single one). The owner
+/// passes `Some(hot)`, the others `None`; `rows`, `per_row` and `width` are public.
+///
+/// The shares are [`share_input`]'s of the rows, but what is sent is a pair of
+/// distributed-point-function keys per column named, not the rows: the owner deals key 0
+/// of each to its next party and key 1 to its previous one. Component `o+1` is the next
+/// party's evaluation of its keys, component `o` the previous party's (their sum is the
+/// rows), component `o+2` is 0. Each key alone is pseudorandom, so neither receiver
+/// learns a column. (docs/PROTOCOLS.md, One-hot input sharing.)
+///
+/// Rounds: 1. Bytes: 2·8·(11 + 2⌈log2 ⌈width/8⌉⌉) per column named, from the owner (GPT-2's
+/// vocabulary of 50,257: 592 bytes per token, against 402,056 for the masked row).
+///
+/// # Errors
+/// `Misuse` at the owner if `hot` has the wrong length or a column is not below `width`
+/// (no value is named), or if the owner passes nothing and another party something; if a
+/// size overflows or cannot be allocated; `Protocol` if the owner's message is malformed.
+pub async fn share_one_hot(
+    ctx: &mut Ctx,
+    owner: PartyId,
+    hot: Option<&[u32]>,
+    rows: usize,
+    per_row: usize,
+    width: usize,
+) -> Result<Shares, Error> {
+    let mut ctx = ctx.fork();
+    let me = ctx.me();
+    let total = rows
+        .checked_mul(width)
+        .ok_or(Error::misuse("one-hot input size overflows"))?;
+    let points = rows
+        .checked_mul(per_row)
+        .ok_or(Error::misuse("one-hot input size overflows"))?;
+    let levels = dpf::levels(width)?;
+    let key_words = dpf::key_words(levels);
+    let record = points
+        .checked_mul(key_words)
+        .ok_or(Error::misuse("one-hot input size overflows"))?;
+    // Each node of a key's tree costs one ChaCha refill of 32 words.
+    let per_key = (width.div_ceil(8) as u64).saturating_mul(2 * 32 * PRSS_WORD);
+    let mut component = try_words(total)?;
+    component.resize(total, 0);
+    match (me == owner, hot) {
+        (true, Some(cols)) => {
+            if cols.len() != points || cols.iter().any(|&c| c as usize >= width) {
+                return Err(Error::misuse(
+                    "input ids must be one per row and below the vocabulary size",
+                ));
+            }
+            let roots = ctx.private_random(4 * points);
+            let mut to_next = try_words(record)?;
+            let mut to_prev = try_words(record)?;
+            // x_{o+1}: the next party's evaluations; x_o = rows − x_{o+1}.
+            for (r, (row_cols, row)) in cols
+                .chunks(per_row.max(1))
+                .zip(component.chunks_mut(width.max(1)))
+                .enumerate()
+            {
+                for (j, &c) in row_cols.iter().enumerate() {
+                    // A repeated column gets a key pair of the zero function.
+                    let beta = u64::from(!row_cols[..j].contains(&c));
+                    let p = r * per_row + j;
+                    let seeds = roots
+                        .get(4 * p..4 * p + 4)
+                        .and_then(|s| <&[u64; 4]>::try_from(s).ok())
+                        .ok_or(Error::bug("one-hot root seeds"))?;
+                    let [k0, k1] = dpf::keys(u64::from(c), beta, levels, seeds);
+                    ctx.spend(per_key).await;
+                    dpf::eval_add(false, &k0, levels, row)?;
+                    to_next.extend_from_slice(&k0);
+                    to_prev.extend_from_slice(&k1);
+                }
+            }
+            ctx.send(me.next(), &to_next, Width::W64)?;
+            ctx.send(me.prev(), &to_prev, Width::W64)?;
+            let mut own = try_words(total)?;
+            own.extend(component.iter().map(|x| x.wrapping_neg()));
+            for (i, &c) in cols.iter().enumerate() {
+                let at = (i / per_row.max(1)) * width + c as usize;
+                if let Some(x) = own.get_mut(at)
+                    && !cols[i - i % per_row.max(1)..i].contains(&c)
+                {
+                    *x = x.wrapping_add(1);
+                }
+            }
+            Ok(Shares::from_parts(me, own, component))
+        }
+        (true, None) => Err(Error::misuse("the client must pass its input ids")),
+        (false, Some(_)) => Err(Error::misuse("only the input owner passes values")),
+        (false, None) => {
+            let keys = ctx.recv(owner, record, Width::W64).await?;
+            let party = me == owner.prev();
+            for (r, row) in component.chunks_mut(width.max(1)).enumerate() {
+                for j in 0..per_row {
+                    let p = r * per_row + j;
+                    let key = keys
+                        .get(p * key_words..(p + 1) * key_words)
+                        .ok_or(Error::bug("one-hot key record"))?;
+                    ctx.spend(per_key).await;
+                    dpf::eval_add(party, key, levels, row)?;
+                }
+            }
+            Ok(if party {
+                Shares::with_zero_a(me, component)
+            } else {
+                Shares::with_zero_b(me, component)
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 mod and;
 mod b2a;
 mod blocks;
+mod dpf;
 mod drafts;
 mod eq;
 mod gelu;
@@ -35,6 +36,7 @@ pub use gelu::{
 };
 pub use input::{
     share_input, share_input_parts, share_input_streamed, share_input_streamed_observed,
+    share_one_hot,
 };
 pub use layernorm::{layernorm_rows, layernorm_rows_unscaled};
 pub use logistic::tanh;
