@@ -77,12 +77,15 @@ fn cached_next_token_equals_recomputation_and_is_cheap() {
     println!(
         "cached step {step2} bytes, recomputation {recompute} bytes, per-position tail {tail} bytes"
     );
+    // The prompt's input costs 592 bytes per token since it is dealt as point-function
+    // keys (it was 402 KB per token as masked one-hot rows, most of a recomputation here),
+    // so the whole-step ratio is 5.5 and the ratio without the tail 22.
     assert!(
-        step2 < recompute / 7,
+        step2 < recompute / 5,
         "cached step {step2} vs recomputation {recompute}"
     );
     assert!(
-        8 * (step2 - tail) < recompute - tail,
+        16 * (step2 - tail) < recompute - tail,
         "cached {step2} vs recomputation {recompute}, tail {tail}"
     );
 }

@@ -23,11 +23,12 @@ use crate::gpt2::weights::LayerNormWeights;
 use crate::nn::activation::mlp_ring;
 use crate::nn::attention::{self, Heads};
 use crate::nn::client::{ClientAt, Delivered, Delivery};
-use crate::nn::embedding::{embed, share_one_hot};
+use crate::nn::embedding::embed;
 use crate::nn::{
     Activation, LayerCosts, LayerKind, Linear, Norm, Observer, Progress, SecureSettings,
     ShareObserver, SharedTensors, TensorPlan, share_plan_observed,
 };
+use puma_core::proto::share_one_hot;
 
 /// The public shape of a model's heads: every party must pass the same value. (Serde
 /// form `{"pooler": bool, "labels": n}`, for a share store's config text; checked when a

@@ -117,7 +117,7 @@ pub fn deal_prompts(
 
 /// One-hot input rows dealt by an outside client: `rows` rows of `width` columns, row r
 /// holding a one at each of the `per_row` columns `hot[r·per_row..(r + 1)·per_row]` (as
-/// [`super::embedding::share_one_hot`] shares them for a client that is a party).
+/// [`puma_core::proto::share_one_hot`] shares them for a client that is a party).
 ///
 /// # Errors
 /// `Misuse` if `hot` has the wrong length or a column is not below `width`.

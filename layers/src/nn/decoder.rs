@@ -12,7 +12,7 @@ use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Summands, Width, proto}
 use super::activation::{Activation, mlp_ring};
 use super::attention::{self, Heads, KvCache, split_heads, transpose};
 use super::cost::{LayerCosts, LayerKind};
-use super::embedding::{embed, share_one_hot};
+use super::embedding::embed;
 use super::generate::{Observer, Progress};
 use super::linear::Linear;
 use super::norm::{Norm, NormKind};
@@ -21,6 +21,7 @@ use super::range::{ActivationPeaks, decoder_range_violation};
 use super::settings::SecureSettings;
 use crate::InputError;
 use crate::limits::{self, LimitError};
+use puma_core::proto::share_one_hot;
 
 /// How positions enter the model.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

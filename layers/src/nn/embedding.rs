@@ -1,39 +1,9 @@
-//! The client's input as shared one-hot rows, and the embedding lookup as their product
+//! The client's one-hot rows in plaintext, and the embedding lookup as their shared product
 //! with a shared table (exact: the one-hot rows are integral, so no truncation).
 
-use puma_core::{Ctx, Error, PartyId, Shares, proto};
+use puma_core::{Ctx, Error, Shares, proto};
 
-/// Shares the client's one-hot rows: `rows` rows of `width` columns, row r holding a one at
-/// each of the `per_row` columns `hot[r·per_row..(r + 1)·per_row]` (for example a token id
-/// and, offset by the vocabulary, its token type). The client passes `Some(hot)`, the others
-/// `None`; `rows`, `per_row` and `width` are public.
-///
-/// Rounds: 1. Bytes: 8·rows·width from the client.
-///
-/// # Errors
-/// `Misuse` at the client if `hot` has the wrong length or a column is not below `width`
-/// (no value is named), or if the client passes nothing; `Protocol` on a malformed
-/// message.
-pub async fn share_one_hot(
-    ctx: &mut Ctx,
-    client: PartyId,
-    hot: Option<&[u32]>,
-    rows: usize,
-    per_row: usize,
-    width: usize,
-) -> Result<Shares, Error> {
-    let values = match (ctx.me() == client, hot) {
-        (true, Some(cols)) => Some(one_hot_rows(cols, rows, per_row, width)?),
-        (true, None) => return Err(Error::misuse("the client must pass its input ids")),
-        (false, _) => None,
-    };
-    let total = rows
-        .checked_mul(width)
-        .ok_or(Error::misuse("one-hot input size overflows"))?;
-    proto::share_input(ctx, client, values.as_deref(), total).await
-}
-
-/// The plaintext one-hot rows that [`share_one_hot`] shares (integers 0 and 1, `rows ×
+/// The plaintext one-hot rows that [`proto::share_one_hot`] shares (integers 0 and 1, `rows ×
 /// width`), for a client that deals them itself ([`super::client`]).
 ///
 /// # Errors

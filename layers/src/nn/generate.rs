@@ -19,9 +19,9 @@ use super::client::{ClientAt, Delivered, Delivery};
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
 use super::draft::Drafter;
-use super::embedding::share_one_hot;
 use super::settings::SecureSettings;
 use crate::nn::LayerCosts;
+use puma_core::proto::share_one_hot;
 
 /// How the client learns the result of each generation step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -16,10 +16,10 @@ use super::decoder::{
     Block, DecoderArch, DecoderSpec, DecoderTensor, OwnerTensors, StepLayout, embed_rows_with,
     logits_with, owner_weights, take_final_norm,
 };
-use super::embedding::share_one_hot;
 use super::generate::{Observer, Progress};
 use super::plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan_observed};
 use super::settings::SecureSettings;
+use puma_core::proto::share_one_hot;
 
 /// What one party measured of a streamed prompt step.
 #[derive(Clone, Debug, Default)]
@@ -155,11 +155,11 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     costs.add(LayerKind::Input, m, ctx.meter());
     let input = segs.next().ok_or(Error::bug("no input segment"))?;
     let input_words: usize = input.iter().map(|(_, n)| n).sum();
-    let overlap = if input_words > SHARE_CHUNK_WORDS {
-        2
-    } else {
-        1
-    };
+    // Epochs the input segment's sharing shares with the inference's own, as
+    // tests/streamed.rs pins them against the whole-model step: one, whatever the chunks.
+    // (With masked one-hot rows it was two over several chunks: the owner, the client's
+    // next party, now waits for its point-function keys before it streams.)
+    let overlap = 1;
     let mut tensors = share_segment(ctx, owner, arch, weights, &input, &mut shared_cost).await?;
     let embed = tensors.take(&DecoderTensor::Embed.name())?;
     let learned = tensors.take_if(
