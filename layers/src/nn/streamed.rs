@@ -154,7 +154,6 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     let one_hot = share_one_hot(ctx, client, ids, len, 1, spec.vocab).await?;
     costs.add(LayerKind::Input, m, ctx.meter());
     let input = segs.next().ok_or(Error::bug("no input segment"))?;
-    let input_words: usize = input.iter().map(|(_, n)| n).sum();
     // Epochs the input segment's sharing shares with the inference's own, as
     // tests/streamed.rs pins them against the whole-model step: one, whatever the chunks.
     // (With masked one-hot rows it was two over several chunks: the owner, the client's
