@@ -132,7 +132,7 @@ pub(crate) fn keys(alpha: u64, beta: u64, levels: u32, roots: &[u64; 4]) -> [Vec
 }
 
 /// Adds party `party`'s evaluation of `key` (over `levels` levels) at 0, 1, …,
-/// `out.len()` − 1 to `out`. Returns the tree nodes expanded, for work budgets.
+/// `out.len()` − 1 to `out`.
 ///
 /// # Errors
 /// `Bug` if the key has the wrong length (callers cut keys from records of checked
@@ -143,7 +143,7 @@ pub(crate) fn eval_add(
     key: &[u64],
     levels: u32,
     out: &mut [u64],
-) -> Result<usize, Error> {
+) -> Result<(), Error> {
     if key.len() != key_words(levels) {
         return Err(Error::bug("a point-function key of the wrong length"));
     }
@@ -159,7 +159,6 @@ pub(crate) fn eval_add(
     let t_bits = t_bits.first().copied().unwrap_or(0);
     let mut nodes = try_vec(1)?;
     nodes.push(([seeds[0], seeds[1]], party));
-    let mut expanded = 0;
     for i in 0..levels_us {
         let s_cw = [seeds[2 + 2 * i], seeds[3 + 2 * i]];
         let tl_cw = (t_bits >> (2 * i)) & 1 == 1;
@@ -183,7 +182,6 @@ pub(crate) fn eval_add(
                 break;
             }
         }
-        expanded += nodes.len();
         nodes = next;
     }
     for ((s, t), chunk) in nodes.iter().zip(out.chunks_mut(LEAF)) {
@@ -193,7 +191,7 @@ pub(crate) fn eval_add(
             *o = o.wrapping_add(if party { v.wrapping_neg() } else { v });
         }
     }
-    Ok(expanded + nodes.len())
+    Ok(())
 }
 
 /// An empty vector of nodes with room for `n`, reserved fallibly.

@@ -386,10 +386,14 @@ pub async fn share_one_hot(
             let roots = ctx.private_random(4 * points);
             let mut to_next = try_words(record)?;
             let mut to_prev = try_words(record)?;
-            // x_{o+1}: the next party's evaluations; x_o = rows − x_{o+1}.
-            for (r, (row_cols, row)) in cols
+            // x_o = rows − x_{o+1}: the rows' ones, less the next party's evaluations.
+            let mut own = try_words(total)?;
+            own.resize(total, 0);
+            // x_{o+1}: the next party's evaluations.
+            for (r, ((row_cols, row), own_row)) in cols
                 .chunks(per_row.max(1))
                 .zip(component.chunks_mut(width.max(1)))
+                .zip(own.chunks_mut(width.max(1)))
                 .enumerate()
             {
                 for (j, &c) in row_cols.iter().enumerate() {
@@ -403,21 +407,17 @@ pub async fn share_one_hot(
                     let [k0, k1] = dpf::keys(u64::from(c), beta, levels, seeds);
                     ctx.spend(per_key).await;
                     dpf::eval_add(false, &k0, levels, row)?;
+                    if let Some(x) = own_row.get_mut(c as usize) {
+                        *x = x.wrapping_add(beta);
+                    }
                     to_next.extend_from_slice(&k0);
                     to_prev.extend_from_slice(&k1);
                 }
             }
             ctx.send(me.next(), &to_next, Width::W64)?;
             ctx.send(me.prev(), &to_prev, Width::W64)?;
-            let mut own = try_words(total)?;
-            own.extend(component.iter().map(|x| x.wrapping_neg()));
-            for (i, &c) in cols.iter().enumerate() {
-                let at = (i / per_row.max(1)) * width + c as usize;
-                if let Some(x) = own.get_mut(at)
-                    && !cols[i - i % per_row.max(1)..i].contains(&c)
-                {
-                    *x = x.wrapping_add(1);
-                }
+            for (x, d) in own.iter_mut().zip(&component) {
+                *x = x.wrapping_sub(*d);
             }
             Ok(Shares::from_parts(me, own, component))
         }
