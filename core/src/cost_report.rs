@@ -488,6 +488,23 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
+    for k in [64u32, 18] {
+        let v: Vec<u64> = raw_log(n, 0, k - 2, 5)
+            .into_iter()
+            .zip(bits(n, 6))
+            .map(|(x, s)| if s == 1 { x.wrapping_neg() } else { x })
+            .collect();
+        t.row(
+            format!("msb_with(MsbForm::TwoRound), k = {k}"),
+            "element",
+            n,
+            measure(move |mut c, me| {
+                let v = v.clone();
+                let form = proto::MsbForm::TwoRound;
+                async move { proto::msb_with(&mut c, &shares(me, &v), width(k)?, form).await }
+            }),
+        )?;
+    }
     let (a, b) = (reals(n, -4000.0, 4000.0, 7), reals(n, -4000.0, 4000.0, 8));
     {
         let (a, b) = (a.clone(), b.clone());

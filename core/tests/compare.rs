@@ -130,48 +130,79 @@ fn lt_is_exact_on_62_bit_values_and_fixed_point() {
 
 #[test]
 fn narrow_msb_at_the_edges_of_its_range() {
-    for k in [2u32, 16, 18, 32, 33, 40, 63, 64] {
-        let w = Width::new(k).unwrap();
-        let half = 1i64.checked_shl(k - 1).unwrap_or(i64::MIN);
-        let mut vals: Vec<i64> = vec![0, 1, -1];
-        if k > 2 {
-            vals.extend_from_slice(&[2, -2]);
-        }
-        if k < 64 {
-            vals.extend_from_slice(&[half - 1, -half, half - 2, -half + 1]);
-        }
-        let raw: Vec<u64> = vals.iter().map(|&v| v as u64).collect();
-        let (bits, out) = run_bits(k as u64, raw, move |mut ctx, x| async move {
-            proto::msb(&mut ctx, &x, w).await
-        });
-        let l = 32 - (k - 1).leading_zeros() - u32::from((k - 1).is_power_of_two());
-        assert_eq!(out.rounds(), 2 + 1 + l, "k = {k}");
-        assert_eq!(proto::msb_rounds(k), 1 + l, "k = {k}");
-        for (v, b) in vals.iter().zip(&bits) {
-            assert_eq!(*b == 1, *v < 0, "k = {k}, v = {v}");
+    for form in [proto::MsbForm::OneRound, proto::MsbForm::TwoRound] {
+        for k in [2u32, 3, 16, 18, 32, 33, 40, 63, 64] {
+            let w = Width::new(k).unwrap();
+            let half = 1i64.checked_shl(k - 1).unwrap_or(i64::MIN);
+            let mut vals: Vec<i64> = vec![0, 1, -1];
+            if k > 2 {
+                vals.extend_from_slice(&[2, -2]);
+            }
+            if k < 64 {
+                vals.extend_from_slice(&[half - 1, -half, half - 2, -half + 1]);
+            }
+            // Random values across the range, so that every carry pattern occurs.
+            vals.extend((0..60u64).map(|i| {
+                let r = pseudo(i, u64::from(k));
+                // A signed value of k bits: the low k bits, sign-extended.
+                ((r << (64 - k)) as i64) >> (64 - k)
+            }));
+            let raw: Vec<u64> = vals.iter().map(|&v| v as u64).collect();
+            let (bits, out) = run_bits(k as u64, raw, move |mut ctx, x| async move {
+                proto::msb_with(&mut ctx, &x, w, form).await
+            });
+            let l = 32 - (k - 1).leading_zeros() - u32::from((k - 1).is_power_of_two());
+            let first = match form {
+                proto::MsbForm::OneRound => 1,
+                proto::MsbForm::TwoRound => 2,
+            };
+            assert_eq!(out.rounds(), 2 + first + l, "k = {k}, {form:?}");
+            assert_eq!(proto::msb_rounds_with(k, form), first + l, "k = {k}");
+            for (v, b) in vals.iter().zip(&bits) {
+                assert_eq!(*b == 1, *v < 0, "k = {k}, v = {v}, {form:?}");
+            }
         }
     }
 }
 
 #[test]
 fn msb_costs_match_the_formula() {
-    for (k, rounds) in [(64u32, 7u32), (40, 7), (32, 6), (16, 5)] {
+    for (k, rounds) in [(64u32, 7u32), (40, 7), (32, 6), (18, 6), (16, 5)] {
         let w = Width::new(k).unwrap();
         let n = 24usize;
-        let out = Sim::new(7).run(move |_| {
-            move |mut ctx| async move {
-                let x = ctx.random_shares(n);
-                proto::msb(&mut ctx, &x, w).await
-            }
-        });
-        assert_eq!(out.rounds(), rounds, "k = {k}");
-        assert_eq!(proto::msb_rounds(k), rounds, "k = {k}");
-        let l = 32 - (k - 2).leading_zeros();
-        let (k, l) = (k as u64, l as u64);
-        let per_party_bits = (8 * k - 7) * n as u64 / 3 + (2 * k - 4 - l) * n as u64;
-        assert_eq!(out.payload_bytes(), [per_party_bits / 8; 3], "k = {k}");
-        assert_eq!(3 * per_party_bits, (14 * k - 19 - 3 * l) * n as u64);
+        for form in [proto::MsbForm::OneRound, proto::MsbForm::TwoRound] {
+            let out = Sim::new(7).run(move |_| {
+                move |mut ctx| async move {
+                    let x = ctx.random_shares(n);
+                    proto::msb_with(&mut ctx, &x, w, form).await
+                }
+            });
+            let (first_rounds, first_bits) = match form {
+                // y's input (k bits) and the OT: two offers to each chooser, one helper
+                // string from each.
+                proto::MsbForm::OneRound => (1, 7 * u64::from(k) - 6),
+                // y's input and the two masked parts.
+                proto::MsbForm::TwoRound => (2, 3 * u64::from(k) - 2),
+            };
+            assert_eq!(out.rounds(), rounds - 1 + first_rounds, "k = {k}, {form:?}");
+            assert_eq!(proto::msb_rounds_with(k, form), rounds - 1 + first_rounds);
+            let l = 32 - (k - 2).leading_zeros();
+            let (k, l) = (k as u64, l as u64);
+            // The tree: two ANDs per pair but the lowest, one bit from each party per AND.
+            let per_party_bits = first_bits * n as u64 / 3 + (2 * k - 4 - l) * n as u64;
+            assert_eq!(
+                out.payload_bytes(),
+                [per_party_bits / 8; 3],
+                "k = {k}, {form:?}"
+            );
+            let total = match form {
+                proto::MsbForm::OneRound => 13 * k - 18 - 3 * l,
+                proto::MsbForm::TwoRound => 9 * k - 14 - 3 * l,
+            };
+            assert_eq!(3 * per_party_bits, total * n as u64);
+        }
     }
+    assert_eq!(proto::msb_rounds(18), 6);
 }
 
 #[test]

@@ -215,6 +215,17 @@ fn comparison_views_do_not_depend_on_the_secrets() {
     assert_private("lt", RUNS, |mut ctx, x, y| async move {
         proto::lt(&mut ctx, &x, &y, Width::W64).await
     });
+    // The two-round first layer: R2's and R0's masked parts of the generate bits.
+    assert_private("msb, two rounds", RUNS, |mut ctx, x, y| async move {
+        let d = x.sub(&y)?;
+        proto::msb_with(
+            &mut ctx,
+            &d,
+            Width::new(18).unwrap(),
+            proto::MsbForm::TwoRound,
+        )
+        .await
+    });
 }
 
 /// The three-round comparisons: R2's zero tests, R0's and R1's masked halves, the offers

@@ -179,7 +179,7 @@ fn max_is_exact_on_fixed_point_in_a_41_bit_ring() {
 
 #[test]
 fn max_costs_are_pinned() {
-    // All pairs over rows of 32 in Z_2^32: 13 rounds; 216262 bits per row in total. (The
+    // All pairs over rows of 32 in Z_2^32: 13 rounds; 200886 bits per row in total. (The
     // default takes all pairs while the call compares at most 2^16 pairs, 132 rows of 32;
     // 384 rows are a bulk call, pinned at the end.)
     let w32 = Width::new(32).unwrap();
@@ -195,27 +195,27 @@ fn max_costs_are_pinned() {
         let total: u64 = bytes.iter().sum();
         println!("max 32: rows {rows}: bytes {bytes:?}, total {total}");
         // Packing rounds up per record: at most a few bytes per record over the formula.
-        let formula_bits = 216_262 * rows as u64;
+        let formula_bits = 200_886 * rows as u64;
         assert!(
             total * 8 >= formula_bits && total * 8 < formula_bits + 8 * 200,
             "{total}"
         );
     }
-    // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 216262 bits
-    // per row in total, a third per party (9010.92 bytes per row and party).
+    // 384 rows (e.g. 12 heads × 32 queries): the same 13 rounds, and exactly 200886 bits
+    // per row in total, a third per party (8370.25 bytes per row and party).
     let out = costs(384 * 32, move |mut ctx, x| async move {
         Ok(vec![
             proto::max_rows_with(&mut ctx, &x, 384, 32, w32, all).await?,
         ])
     });
     assert_eq!(out.rounds(), 13);
-    assert_eq!(out.payload_bytes(), [3_460_192; 3]);
-    assert_eq!(3 * 3_460_192 * 8, 216_262 * 384);
+    assert_eq!(out.payload_bytes(), [3_214_176; 3]);
+    assert_eq!(3 * 3_214_176 * 8, 200_886 * 384);
     // One row of 32 (roles split 10/11/11 pairs' worth of work unevenly).
     let out = costs(32, move |mut ctx, x| async move {
         Ok(vec![proto::max_rows(&mut ctx, &x, 1, 32, w32).await?])
     });
-    assert_eq!(out.payload_bytes(), [9026, 9006, 9014]);
+    assert_eq!(out.payload_bytes(), [8382, 8366, 8374]);
     // Argmax of the same rows: no extra round, no extra byte (the one-hot is the B2A'd
     // winner vector of the single level).
     let out = costs(384 * 32, move |mut ctx, x| async move {
@@ -223,9 +223,9 @@ fn max_costs_are_pinned() {
         Ok(vec![m, o])
     });
     assert_eq!(out.rounds(), 13);
-    assert_eq!(out.payload_bytes(), [3_460_192; 3]);
+    assert_eq!(out.payload_bytes(), [3_214_176; 3]);
     // Tournament over rows of 32 at k = 32: 5 levels of R_LT + 2 = 8 rounds; per pair
-    // LT + B2A + reshare = 414 + 256 + 192 = 862 bits, 31 pairs per row.
+    // LT + B2A + reshare = 383 + 256 + 192 = 831 bits, 31 pairs per row.
     let out = costs(384 * 32, move |mut ctx, x| async move {
         let m = proto::max_rows_with(&mut ctx, &x, 384, 32, w32, MaxMethod::Tournament).await?;
         Ok(vec![m])
@@ -233,17 +233,17 @@ fn max_costs_are_pinned() {
     assert_eq!(out.rounds(), 40);
     let total: u64 = out.payload_bytes().iter().sum();
     println!("tournament 32: {:?}", out.payload_bytes());
-    assert!(total * 8 >= 862 * 31 * 384 && total * 8 < 862 * 31 * 384 + 8 * 400);
+    assert!(total * 8 >= 831 * 31 * 384 && total * 8 < 831 * 31 * 384 + 8 * 400);
     // The default over the 384 rows: all pairs would compare 190464 pairs, over the budget
     // of 2^16, and one level down to 16 compares 384·(16 + 120) = 52224: one level (8
-    // rounds, 16 pairs of 862 bits per row) and all pairs of 16 (6 + 4 + 2 rounds,
-    // 120·414 + 3·15·14 + 15·256 + 192 = 54342 bits per row).
+    // rounds, 16 pairs of 831 bits per row) and all pairs of 16 (6 + 4 + 2 rounds,
+    // 120·383 + 3·15·14 + 15·256 + 192 = 50622 bits per row).
     let out = costs(384 * 32, move |mut ctx, x| async move {
         Ok(vec![proto::max_rows(&mut ctx, &x, 384, 32, w32).await?])
     });
     assert_eq!(out.rounds(), 20);
     let total: u64 = out.payload_bytes().iter().sum();
-    let formula = 384 * (16 * 862 + 54_342);
+    let formula = 384 * (16 * 831 + 50_622);
     println!("default 384 × 32: {:?}", out.payload_bytes());
     assert!(
         total * 8 >= formula && total * 8 < formula + 8 * 400,
@@ -277,9 +277,9 @@ fn vocabulary_argmax_by_hybrid_tournament() {
         (
             MaxMethod::Hybrid { all_pairs_max: 32 },
             113,
-            [2_673_910, 2_673_781, 2_673_889],
+            [2_589_675, 2_589_576, 2_589_669],
         ),
-        (MaxMethod::default(), 97, [2_762_011, 2_761_942, 2_762_034]),
+        (MaxMethod::default(), 97, [2_670_321, 2_670_272, 2_670_349]),
     ] {
         let (opened, out) = run_on(9, vals.clone(), move |mut ctx, x| async move {
             let (m, o) = proto::argmax_rows_with(&mut ctx, &x, 1, n, w, method).await?;
@@ -289,7 +289,7 @@ fn vocabulary_argmax_by_hybrid_tournament() {
         assert_eq!(opened[1][31_000], 1);
         assert_eq!(out.rounds(), 2 + rounds, "{method:?}");
         // Minus the input (8n from P0) and the re-randomisation (8n each): the argmax
-        // alone sends `bytes` (Hybrid { 32 }: 8.02 MB in total; the default 8.29 MB).
+        // alone sends `bytes` (Hybrid { 32 }: 7.77 MB in total; the default 8.01 MB).
         let b = out.payload_bytes();
         println!(
             "{method:?}: argmax bytes {:?}",
@@ -330,13 +330,13 @@ fn default_max_takes_all_pairs_over_a_cached_step_within_the_budget() {
             ])
         });
         assert_eq!(hybrid.rounds(), hybrid_rounds, "n = {n}");
-        // Bytes: 12 rows of n(n−1)/2 comparisons of 414 bits, AND trees, B2A and sums.
+        // Bytes: 12 rows of n(n−1)/2 comparisons of 383 bits, AND trees, B2A and sums.
         let all = costs(rows * n, move |mut ctx, x| async move {
             Ok(vec![proto::max_rows(&mut ctx, &x, rows, n, w32).await?])
         });
         let bits = 8 * all.payload_bytes().iter().sum::<u64>();
         let m = n as u64;
-        let formula = 12 * (m * (m - 1) / 2 * 414 + 3 * (m - 1) * (m - 2) + 256 * (m - 1) + 192);
+        let formula = 12 * (m * (m - 1) / 2 * 383 + 3 * (m - 1) * (m - 2) + 256 * (m - 1) + 192);
         println!("n = {n}: all pairs {bits} bits (formula {formula})");
         assert!(
             bits >= formula && bits < formula + 8 * 200,
@@ -505,21 +505,21 @@ fn default_max_of_a_bulk_call_halves_its_all_pairs_down_to_eight() {
     let (want, _) = reference(&vals, rows, n);
     assert_eq!(opened[0], want);
     assert_eq!(out.rounds(), 2 + 19);
-    // Bytes: 108000 comparisons of 414 bits, 3000·(8·256 + 8·192) for the level's B2A and
+    // Bytes: 108000 comparisons of 383 bits, 3000·(8·256 + 8·192) for the level's B2A and
     // sums, 3000·(7·256 + 192 + 3·7·6) for the last level's B2A, sum and AND tree.
     let all = costs(rows * n, move |mut ctx, x| async move {
         Ok(vec![proto::max_rows(&mut ctx, &x, rows, n, w32).await?])
     });
     let bits = 8 * all.payload_bytes().iter().sum::<u64>();
     let r = rows as u64;
-    let formula = r * (36 * 414 + 8 * (256 + 192) + 7 * 256 + 192 + 3 * 7 * 6);
+    let formula = r * (36 * 383 + 8 * (256 + 192) + 7 * 256 + 192 + 3 * 7 * 6);
     println!("bulk call: {bits} bits (formula {formula})");
     assert!(
         bits >= formula && bits < formula + 8 * 200,
         "{bits} vs {formula}"
     );
     // The hybrid it replaces: all pairs of 16 in 12 rounds, 2.6 times the bits
-    // (120·414 + 3·15·14 + 15·256 + 192 = 54342 per row).
+    // (120·383 + 3·15·14 + 15·256 + 192 = 50622 per row).
     let hybrid = costs(rows * n, move |mut ctx, x| async move {
         let h = MaxMethod::Hybrid { all_pairs_max: 32 };
         Ok(vec![
@@ -528,7 +528,7 @@ fn default_max_of_a_bulk_call_halves_its_all_pairs_down_to_eight() {
     });
     assert_eq!(hybrid.rounds(), 12);
     let hybrid_bits = 8 * hybrid.payload_bytes().iter().sum::<u64>();
-    let hybrid_formula = r * 54_342;
+    let hybrid_formula = r * 50_622;
     assert!(
         hybrid_bits >= hybrid_formula && hybrid_bits < hybrid_formula + 8 * 200,
         "{hybrid_bits} vs {hybrid_formula}"

@@ -187,12 +187,12 @@ fn neg_exp_error_at_5_and_8_squarings_and_taylor_base() {
 #[test]
 fn neg_exp_costs_are_pinned() {
     for (a, bits) in [
-        (PUMA5, 1862u64),
-        (PUMA8, 2822),
-        (PUMA9, 3142),
-        (TAYLOR4, 1858),
-        (TAYLOR8, 3138),
-        (MINIMAX, 2271),
+        (PUMA5, 1777u64),
+        (PUMA8, 2737),
+        (PUMA9, 3057),
+        (TAYLOR4, 1773),
+        (TAYLOR8, 3053),
+        (MINIMAX, 2186),
     ] {
         let (r, bytes) = costs_of(24, move |mut ctx, x| async move {
             proto::neg_exp_with(&mut ctx, &x, a).await
@@ -466,24 +466,24 @@ fn softmax_rows_share_rounds_and_costs_are_pinned() {
     println!("softmax 1×32: {r1} rounds {b1:?}; 120×32: {r120} rounds {b120:?}");
     assert_eq!(r1, 32);
     assert_eq!(r120, 32);
-    // 304273 bits per row in total: max 216262 + 32·1878 (negExp, its output at f + 4
-    // bits: its join ring 4 bits wider than negExp alone's, 16 bits more than its 1862) +
+    // 286177 bits per row in total: max 200886 + 32·1793 (negExp, its output at f + 4
+    // bits: its join ring 4 bits wider than negExp alone's, 16 bits more than its 1777) +
     // 17419 (the reciprocal of the sum held at f + 4 bits) + 32·328 (final products with
     // their truncations by f + 16 fused into the reshare); a third per party.
-    assert_eq!(216_262 + 32 * 1878 + 17_419 + 32 * 328, 304_273);
+    assert_eq!(200_886 + 32 * 1793 + 17_419 + 32 * 328, 286_177);
     assert_eq!(proto::reciprocal_bits(18, 21, 26, 16).unwrap(), 17_419);
-    assert_eq!(b120, [120 * 304_273 / 3 / 8; 3]);
-    assert_eq!(b1, [12_745, 12_801, 12_600]);
+    assert_eq!(b120, [120 * 286_177 / 3 / 8; 3]);
+    assert_eq!(b1, [11_983, 12_053, 11_842]);
     // 384 rows of 32 (12 heads × 32 queries of a bidirectional encoder) are a bulk call
     // (all pairs would compare 190464 pairs): one tournament level (R_LT + 2 = 8 rounds,
-    // 16 pairs of 862 bits per row), then all pairs of 16 (6 + 4 + 2 rounds, 54342 bits):
-    // 39 rounds and 156145 bits per row instead of 32 and 304273.
+    // 16 pairs of 831 bits per row), then all pairs of 16 (6 + 4 + 2 rounds, 50622 bits):
+    // 39 rounds and 149209 bits per row instead of 32 and 286177.
     let (r384, b384) = costs_of(384 * 32, |mut ctx, x| async move {
         proto::softmax_rows(&mut ctx, &x, 384, 32, 5).await
     });
     assert_eq!(r384, 39);
-    assert_eq!(16 * 862 + 54_342 + 32 * 1878 + 17_419 + 32 * 328, 156_145);
-    assert_eq!(b384, [384 * 156_145 / 3 / 8; 3]);
+    assert_eq!(16 * 831 + 50_622 + 32 * 1793 + 17_419 + 32 * 328, 149_209);
+    assert_eq!(b384, [384 * 149_209 / 3 / 8; 3]);
     // Taylor base t = 4: the same 32 rounds; t = 8 and PUMA t = 9: 40.
     // Minimax's maxima compare keys cut to 4 fractional bits in three rounds: 29.
     for (a, rounds) in [(TAYLOR4, 32), (TAYLOR8, 40), (PUMA9, 40), (MINIMAX, 29)] {
@@ -773,5 +773,5 @@ fn deferred_normalisation_costs_the_softmax_rounds() {
     // The softmax's bytes with its final products on the 12·32·64 outputs (128 + 64 +
     // 4·26 = 296 bits each) instead of the 12·528 valid probabilities (328 bits each), plus
     // the product with V (280 bits per output: E at f + 4 bits, truncated by f + 4): pinned.
-    assert_eq!(bytes, [2_428_480; 3]);
+    assert_eq!(bytes, [2_406_040; 3]);
 }

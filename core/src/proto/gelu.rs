@@ -15,7 +15,8 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::Shares;
 
-use super::{lt_public, mul, reshare, square, trunc};
+use super::msb::{MsbForm, msb_rounds_with};
+use super::{mul, reshare, square, trunc};
 
 /// Ring width k' of the comparisons in [`gelu`] and [`silu`]: 32 bits, exact while
 /// |x − c| < 2^(k'−1−f) = 8192 for every breakpoint c (f = 18; docs/PROTOCOLS.md,
@@ -145,19 +146,71 @@ async fn cut_fused_sum(
     super::reshare_trunc_narrow(ctx, z, ring, d, output).await
 }
 
+/// How [`breakpoint_bits`] makes its bits: the comparison's first layer and the B2A's
+/// form, each either in fewer rounds or in fewer bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct BitsForm {
+    /// The MSB's first layer.
+    pub msb: MsbForm,
+    /// The B2A in its two-round form (3 words per bit instead of 4).
+    pub relay: bool,
+}
+
+impl BitsForm {
+    /// The fastest form: one-round first layer, one-round B2A.
+    pub const FASTEST: BitsForm = BitsForm {
+        msb: MsbForm::OneRound,
+        relay: false,
+    };
+
+    /// Rounds of [`breakpoint_bits`] in this form, comparing in Z_2^`width`.
+    pub const fn rounds(self, width: u32) -> u32 {
+        msb_rounds_with(width, self.msb) + if self.relay { 2 } else { 1 }
+    }
+
+    /// The form with the fewest bits whose rounds fit within `budget` (the rounds of the
+    /// branch the bits are made beside), comparing in Z_2^`width` and converting into
+    /// Z_2^`ring`; the fastest form if none fits. The two-round first layer saves 4k − 4
+    /// bits per element and breakpoint, the two-round B2A saves `ring`.
+    pub const fn within(budget: u32, width: u32, ring: u32) -> BitsForm {
+        let two = MsbForm::TwoRound;
+        let one = MsbForm::OneRound;
+        // Both slow forms take the same rounds; the one that saves more comes first.
+        let (second, third) = if 4 * width.saturating_sub(1) > ring {
+            ((two, false), (one, true))
+        } else {
+            ((one, true), (two, false))
+        };
+        let order = [(two, true), second, third];
+        let mut i = 0;
+        while i < order.len() {
+            let form = BitsForm {
+                msb: order[i].0,
+                relay: order[i].1,
+            };
+            if form.rounds(width) <= budget {
+                return form;
+            }
+            i += 1;
+        }
+        BitsForm::FASTEST
+    }
+}
+
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
 /// as one vector per breakpoint, over Z_2^64 or the narrower `ring`: one batched MSB over
 /// the concatenation, then one B2A into `ring`.
 ///
-/// Rounds: R_LT(k') + 1. Bits per element and breakpoint: those of LT plus 4·|ring|
-/// (256 over Z_2^64); with `relay`, R_LT(k') + 2 rounds and 3·|ring| bits for the B2A
+/// Rounds: [`BitsForm::rounds`], R_LT(k') + 1 in the fastest form. Bits per element and
+/// breakpoint: those of LT ([`super::msb_with`] in `form.msb`) plus 4·|ring| (256 over
+/// Z_2^64); with `form.relay`, one round more and 3·|ring| bits for the B2A
 /// ([`super::b2a::b2a_in`]).
 pub(super) async fn breakpoint_bits(
     ctx: &mut Ctx,
     x: &Shares,
     breakpoints: &[u64],
     width: Width,
-    relay: bool,
+    form: BitsForm,
     ring: Width,
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
@@ -168,8 +221,9 @@ pub(super) async fn breakpoint_bits(
         .iter()
         .flat_map(|&c| core::iter::repeat_n(c, n))
         .collect();
-    let bits = lt_public(&mut ctx, &all, &consts, width).await?;
-    let a = super::b2a::b2a_in(&mut ctx, &bits, ring, relay).await?;
+    let neg: Vec<u64> = consts.iter().map(|v| v.wrapping_neg()).collect();
+    let bits = super::msb_with(&mut ctx, &all.add_public(&neg)?, width, form.msb).await?;
+    let a = super::b2a::b2a_in(&mut ctx, &bits, ring, form.relay).await?;
     (0..breakpoints.len())
         .map(|k| a.slice(k * n..(k + 1) * n))
         .collect()
@@ -324,10 +378,10 @@ impl GeluFit {
 /// [`gelu_with`] with [`GeluFit::MINIMAX`] is a refit of the same cost with an 11 times
 /// smaller maximum error (1.75e-3).
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 3·414 (LT) + 3·256 (B2A) +
+/// Rounds: 8. Bits per element, summed over the parties: 3·383 (LT) + 3·256 (B2A) +
 /// 4·192 (products) + 4·136 (truncations by f) + 2·160 (truncation by f + 6) + 192
-/// (join) = 3834, i.e. 1278 per party with role rotation; **Bytes**: 1278·n/8 per party
-/// = 159.75 per element (exact for n divisible by 24).
+/// (join) = 3741, i.e. 1247 per party with role rotation; **Bytes**: 1247·n/8 per party
+/// = 155.875 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -370,7 +424,14 @@ pub async fn gelu_with(ctx: &mut Ctx, x: &Shares, fit: &GeluFit) -> Result<Share
     let (k0, k1) = (enc(&fit.f0)?, enc(&fit.f1)?);
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false, Width::W64);
+    let branch_a = breakpoint_bits(
+        &mut ca,
+        x,
+        &breakpoints,
+        width,
+        BitsForm::FASTEST,
+        Width::W64,
+    );
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -497,12 +558,13 @@ pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
 /// [−10, 10] (the cut at ±4 costs 4·Φ(−4) = 1.27e-4 for `Erf`, 7e-5 for `Tanh`). **Range**:
 /// as [`gelu`], |x| < 8188.
 ///
-/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·274 (LT at 22 bits) +
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·253 (LT at 22 bits) +
 /// 2·192 (B2A) + 4 fused products (128 + 64 + 4d each, d = 12, 28, 28, 28: 240 + 3·304) +
 /// B's truncation by 28 (176) + the final fused product truncated by 30 (312) + 192
-/// (join) = 2764 (5328 as first built, before the fused truncations, the 22-bit
-/// comparisons, Paterson–Stockmeyer, the two-round B2A and the 64 + 4d-bit truncation);
-/// **Bytes**: 2764·n/24 per party = 115⅙ per element (exact for n divisible by 24).
+/// (join) = 2722 (5328 as first built, before the fused truncations, the 22-bit
+/// comparisons, Paterson–Stockmeyer, the two-round B2A, the 64 + 4d-bit truncation and
+/// the OT pad drawn as the generate bits' components); **Bytes**: 2722·n/24 per party =
+/// 113 5⁄12 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -540,7 +602,17 @@ pub async fn gelu_precise(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result<S
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
     let shifted = shift_components(x, cut);
-    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true, Width::W64);
+    let branch_a = breakpoint_bits(
+        &mut ca,
+        &shifted,
+        &breakpoints,
+        width,
+        BitsForm {
+            msb: MsbForm::OneRound,
+            relay: true,
+        },
+        Width::W64,
+    );
     let branch_b = async {
         let c = &mut cbx;
         let n = x.len();
@@ -639,6 +711,9 @@ const GELU_POWER_RING_BITS: u32 = GELU_FINAL_SUM_BITS + GELU_FINAL_CUT;
 /// 38 + 3 bits and the truncation's two spare bits suffice. The sum is known mod
 /// 2^(64 − cut) = 2^46, more than it needs.
 const GELU_FINAL_SUM_BITS: u32 = 43;
+/// Rounds of [`gelu_chebyshev`]'s polynomial branch: w, T_2, Q and the final sum, two
+/// each. Its breakpoint bits take the cheapest [`BitsForm`] that fits beside it.
+const GELU_POLY_ROUNDS: u32 = 8;
 /// Fractional bits that the comparisons of [`gelu_chebyshev`] and [`silu_chebyshev`] keep
 /// (x cut locally).
 const CHEB_CMP_FRAC_BITS: u32 = 4;
@@ -652,7 +727,7 @@ const CHEB_CMP_RING_BITS: u32 = 18;
 /// ±2^(f+13).
 const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 
-/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 67 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 64 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
 /// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
@@ -669,11 +744,13 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// suffice ([`gelu_precise`]'s monomial coefficients reach 77 and need 28).
 ///
 /// Schedule: branch A, b0 = `[x < −4 − 2^-3]`, b1 = `[x < 4]` in one batched MSB in
-/// Z_2^18 (6 rounds) on x cut to 4 fractional bits by a local shift of every component
-/// (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.125 always
-/// is; x < 4 always takes the polynomial and x ≥ 4.1875 never does, so the polynomial
-/// piece is only taken on [−4.125, 4.1875), where the fit holds. Then one B2A in its
-/// two-round form into the join ring Z_2^(f+15) (2): 8 rounds. Branch B: w = 13·x²/2^7 − 1
+/// Z_2^18 with its two-round first layer (7 rounds, [`super::MsbForm::TwoRound`]) on x
+/// cut to 4 fractional bits by a local shift of every component (a sharing of
+/// ⌊16x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.125 always is; x < 4
+/// always takes the polynomial and x ≥ 4.1875 never does, so the polynomial piece is only
+/// taken on [−4.125, 4.1875), where the fit holds. Then one B2A in its one-round form
+/// into the join ring Z_2^(f+15) (1): 8 rounds ([`BitsForm::within`]: the two-round
+/// first layer saves 68 bits per bit, the two-round B2A 33, and only one fits). Branch B: w = 13·x²/2^7 − 1
 /// (x·(13x) with the truncation by 25 fused into the reshare, 2), T_2 (2), Q (2), then the
 /// products Q·(k_5·w + k_6·T_2 + k_7·Q) and T_2·(k_4·w) as local cross terms, plus the
 /// linear part and x/2, at 2·18 + 20 = 56 fractional bits, reshared and truncated to f
@@ -692,15 +769,16 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
-/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·218 (LT at 18
-/// bits), 2·99 (B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·133 (LT at 18
+/// bits, two-round first layer), 2·132 (one-round B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
 /// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
 /// (`GELU_POWER_RING_BITS`), the final fused products, their second factors and the
 /// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33
-/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1842** (1905
-/// with the powers and the final sum over Z_2^64, 2184 with the join over Z_2^64 in 9
-/// rounds; 2764 for [`gelu_precise`]); **Bytes**: 1842·n/24 per party = 76.75 per
-/// element (exact for n divisible by 24).
+/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1738** (1842
+/// with the one-round first layer and the two-round B2A, 1905 with the powers and the
+/// final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9 rounds; 2722 for
+/// [`gelu_precise`]); **Bytes**: 1738·n/24 per party = 72 5⁄12 per element (exact for n
+/// divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -726,7 +804,7 @@ pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
 /// [`gelu_chebyshev`] with w's product summed in Z_2^k (2k + 61 + 4·(86 − k) instead of
-/// 277) and the lift at 2·33 + m + 4·(m − 33): 1802 for k = 64 and m = 56, 1838 for
+/// 277) and the lift at 2·33 + m + 4·(m − 33): 1698 for k = 64 and m = 56, 1734 for
 /// k = 46 ([`gelu_chebyshev_input_bits`] at f = 18) and m = 56.
 ///
 /// # Errors
@@ -781,7 +859,9 @@ pub async fn gelu_chebyshev_into(
     // The join's narrow ring: |x| < 8187.875 < 2^13 keeps every joined value, x itself
     // where it is taken, within ±2^(f+13) = ±2^(k−2).
     let ring = Width::new(f + CHEB_JOIN_HEADROOM_BITS).ok_or(Error::bug("join ring"))?;
-    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, true, ring);
+    // The bits take the cheapest form that is ready when the polynomial is.
+    let bits_form = BitsForm::within(GELU_POLY_ROUNDS, width.bits(), ring.bits());
+    let branch_a = breakpoint_bits(&mut ca, &shifted, &breakpoints, width, bits_form, ring);
     let branch_b = async {
         let c = &mut cbx;
         // w + 1 = K·x²/2^S at p bits: x·(K·x) at 2f bits, truncated by 2f + S − p.
@@ -849,10 +929,10 @@ pub async fn gelu_chebyshev_into(
 /// inherent to the fit), mean 0.0036; [`silu_chebyshev`] is accurate to 1.5e-4 for about
 /// twice the rounds and 92 % of the bits.
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 2·414 (LT) + 2·256 (B2A) +
+/// Rounds: 8. Bits per element, summed over the parties: 2·383 (LT) + 2·256 (B2A) +
 /// 4·192 (products) + 3·136 (truncations by f) + 2·160 (truncations by f + 6) + 192
-/// (join) = 3028, i.e. 1009⅓ per party with role rotation; **Bytes**: 3028·n/24 per party
-/// = 126⅙ per element (exact for n divisible by 24).
+/// (join) = 2966, i.e. 988⅔ per party with role rotation; **Bytes**: 2966·n/24 per party
+/// = 123 7⁄12 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -881,7 +961,14 @@ pub async fn silu(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> {
     let half = encode_at(0.5, cb)?;
 
     let (mut ca, mut cb_ctx) = (ctx.fork(), ctx.fork());
-    let branch_a = breakpoint_bits(&mut ca, x, &breakpoints, width, false, Width::W64);
+    let branch_a = breakpoint_bits(
+        &mut ca,
+        x,
+        &breakpoints,
+        width,
+        BitsForm::FASTEST,
+        Width::W64,
+    );
     let branch_b = async {
         let c = &mut cb_ctx;
         let n = x.len();
@@ -974,7 +1061,7 @@ const SILU_POWER_RING_BITS: u32 = SILU_FINAL_SUM_BITS + SILU_FINAL_CUT;
 /// r·G is taken before its lift to Z_2^64: |G| < 0.3 wherever r = 1, within ±2^f.
 const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2406 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2374 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -1012,15 +1099,16 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
 /// harmlessly, since r is exactly 0 there.
 ///
-/// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·207 (LT in
+/// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·191 (LT in
 /// Z_2^17), 192 (the sign's two-round B2A) + 80 (the range bit's, into Z_2^20), 192
 /// (s·x), v (from Z_2^64 into Z_2^62: 128 + 62 + 4·21 = 274), {a_3, T_2²} (in Z_2^62:
 /// 2·(124 + 62 + 4·30) = 612), Q (124 + 62 + 4·18 = 258), the final fused products summed
 /// in Z_2^42 and truncated by 22 into Z_2^20 (2·42 + 20 = 104) and the join's lift
-/// (2·20 + 64 + 4·44 = 280): **2406** (2542 in 15 rounds with the one-round B2A and the
-/// powers and final sum over Z_2^64, 2778 with the join over Z_2^64; 13,176 for the
-/// softmax-based SiLU); **Bytes**: 2406·n/24 per party = 100.25 per element (exact for n
-/// divisible by 24).
+/// (2·20 + 64 + 4·44 = 280): **2374** (2510 in 15 rounds with the one-round B2A and the
+/// powers and final sum over Z_2^64, 2746 with the join over Z_2^64; 13,176 for the
+/// softmax-based SiLU); **Bytes**: 2374·n/24 per party = 98 11⁄12 per element (exact for
+/// n divisible by 24). Its comparisons keep the one-round first layer: the sign is on the
+/// critical path, and the range test has no round to spare beside the powers.
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 23 fractional bits; `Protocol` if a message is
@@ -1035,7 +1123,7 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
 /// SiLU(x) as a signed value mod 2^m.
 ///
 /// Rounds: 16. Bits per element, summed over the parties (f = 18): those of
-/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2366 for m = 56.
+/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2334 for m = 56.
 ///
 /// # Errors
 /// As [`silu_chebyshev`], and `Misuse` unless m is above the join ring's f + 2 bits.
@@ -1090,8 +1178,18 @@ pub async fn silu_chebyshev_into(
     let sign = async {
         let c = &mut cs;
         // The two-round B2A: 64 bits fewer for one round more on the critical path.
-        let bits =
-            breakpoint_bits(c, &shift_components(x, cut), &[0], width, true, Width::W64).await?;
+        let bits = breakpoint_bits(
+            c,
+            &shift_components(x, cut),
+            &[0],
+            width,
+            BitsForm {
+                msb: MsbForm::OneRound,
+                relay: true,
+            },
+            Width::W64,
+        )
+        .await?;
         let s = bits.first().ok_or(Error::bug("one sign bit"))?;
         mul(c, s, x).await
     };
@@ -1109,7 +1207,14 @@ pub async fn silu_chebyshev_into(
     // r·G is taken in a narrow ring and lifted: |G| < 0.3 where r = 1 (g(t) on the fit's
     // interval), so r·G stays within ±2^f = ±2^(k−2).
     let ring = Width::new(f + SILU_JOIN_HEADROOM_BITS).ok_or(Error::bug("join ring"))?;
-    let range = breakpoint_bits(&mut cr, &t_cut, &[SILU_RANGE_CUT], width, false, ring);
+    let range = breakpoint_bits(
+        &mut cr,
+        &t_cut,
+        &[SILU_RANGE_CUT],
+        width,
+        BitsForm::FASTEST,
+        ring,
+    );
     let poly = async {
         let c = &mut cp;
         let n = t.len();

@@ -34,10 +34,10 @@ const TANH_RECIP_EXTRA: u32 = 12;
 /// tanh(0) = 0 exactly.
 ///
 /// Rounds: 6 + 1 + 1 + 11 + 5 + 2 + 1 = **27**. Bits per element, summed over the
-/// parties, at f = 18: 414 (sign) + 256 (B2A) + 192 (s·x) + 2271 (negExp) + 8122
+/// parties, at f = 18: 383 (sign) + 256 (B2A) + 192 (s·x) + 2186 (negExp) + 8122
 /// (reciprocal, [`super::reciprocal_bits`]: three octaves of three sub-segments) + 312
-/// ((1 − e)·r with its truncation by f + 12) + 192 (s·t) = **11,759 bits**; **Bytes**:
-/// 11759·n/24 per party ≈ 489.96 per element (exact for n divisible by 24).
+/// ((1 − e)·r with its truncation by f + 12) + 192 (s·t) = **11,643 bits**; **Bytes**:
+/// 11643·n/24 per party ≈ 485.13 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` for a fixed-point format the exponential refuses (f > 27); `Protocol` if a

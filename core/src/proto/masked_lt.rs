@@ -4,11 +4,11 @@
 //! 2019, with the third party dealing the mask instead of a trusted dealer).
 //!
 //! In a ring of k bits the carry tree of [`super::msb`] takes 1 + ⌈log2(k − 1)⌉ rounds and
-//! about 14k bits; this protocol takes 3 rounds and about 3k·⌈log2 k⌉ bits. It suits
+//! about 13k bits; this protocol takes 3 rounds and about 3k·⌈log2 k⌉ bits. It suits
 //! comparisons made once per row (the segments of the reciprocal and the reciprocal square
 //! root), where rounds matter and bits do not, and narrow rings
 //! (the softmax's row maxima on keys cut to 4 fractional bits, in Z_2^19: 319 bits against
-//! the carry tree's 414 in Z_2^32).
+//! the carry tree's 383 in Z_2^32).
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -39,7 +39,7 @@ pub const DEFAULT_ALL_PAIRS_MAX: usize = 32;
 /// How [`max_rows_with`] and [`argmax_rows_with`] reduce a row.
 ///
 /// With n the row length, R_LT the rounds of one comparison at the chosen width
-/// (1 + ⌈log2(k'−1)⌉, see [`msb`]) and LT its bits (14k' − 19 − 3⌈log2(k'−1)⌉ in total):
+/// (1 + ⌈log2(k'−1)⌉, see [`msb`]) and LT its bits (13k' − 18 − 3⌈log2(k'−1)⌉ in total):
 ///
 /// | method | rounds | comparisons per row |
 /// |---|---|---|
@@ -115,8 +115,8 @@ impl Default for MaxMethod {
 impl MaxMethod {
     /// The comparisons per call that [`MaxMethod::default`] spends to save tournament
     /// levels: 2^16, about what GPT-2's causal attention over a 32-token prompt already
-    /// pays per layer (12 heads × Σ_{n ≤ 32} n(n−1)/2 = 65472). At most 65536·414 bits =
-    /// **3.39 MB summed over the parties** (1.13 MB per party) in Z_2^32; it covers one
+    /// pays per layer (12 heads × Σ_{n ≤ 32} n(n−1)/2 = 65472). At most 65536·383 bits =
+    /// **3.14 MB summed over the parties** (1.05 MB per party) in Z_2^32; it covers one
     /// all-pairs row per head over up to 105 keys for 12 heads (a KV-cached generation
     /// step: R_LT + ⌈log2(n−1)⌉ + 2 rounds, 13 for n ≤ 33 and 14 up to 65 in Z_2^32,
     /// instead of one or two tournament levels of R_LT + 2 = 8 rounds each first).
@@ -240,11 +240,11 @@ pub async fn max_rows(
 /// level R_LT + 2, in general the table of [`MaxMethod`]; 0 for n = 1.
 ///
 /// **Bits** per level and group of m elements, summed over the parties, with LT the bits
-/// of one comparison (k = 32: 414; k = 64: 859): m(m−1)/2·LT (comparisons) +
+/// of one comparison (k = 32: 383; k = 64: 796): m(m−1)/2·LT (comparisons) +
 /// 3(m−1)(m−2) (AND tree, one bit per gate and party) + 256(m−1) (B2A) + 192 (the fused
-/// sum's reshare). All pairs, n = 32, k = 32: 205344 + 2790 + 7936 + 192 = **216262 bits
-/// (27.0 KB) per row in total**, a third per party with role rotation over many rows.
-/// A tournament level costs LT + 256 + 192 bits per pair (k = 64: 1307 bits).
+/// sum's reshare). All pairs, n = 32, k = 32: 189968 + 2790 + 7936 + 192 = **200886 bits
+/// (25.1 KB) per row in total**, a third per party with role rotation over many rows.
+/// A tournament level costs LT + 256 + 192 bits per pair (k = 64: 1244 bits).
 ///
 /// # Errors
 /// `Misuse` if `x.len() ≠ rows·cols` or `cols` is 0; `Protocol` if a message is malformed.

@@ -32,14 +32,38 @@ fn low_mask(bits: u32) -> u64 {
 /// Rounds of [`msb`], [`lt`] and [`lt_public`] in a ring of `k` bits (2 ≤ k ≤ 64):
 /// 1 + ⌈log2(k − 1)⌉, which is 7 at k = 64 and 6 at k = 32.
 pub const fn msb_rounds(k: u32) -> u32 {
+    msb_rounds_with(k, MsbForm::OneRound)
+}
+
+/// Rounds of [`msb_with`] in a ring of `k` bits (2 ≤ k ≤ 64) and the given form:
+/// ⌈log2(k − 1)⌉ for the carry tree after a first layer of 1 or 2 rounds.
+pub const fn msb_rounds_with(k: u32, form: MsbForm) -> u32 {
     // ⌈log2 m⌉ for m = k − 1 ≥ 1 is the bit length of m − 1.
-    1 + (u32::BITS - k.saturating_sub(2).leading_zeros())
+    let tree = u32::BITS - k.saturating_sub(2).leading_zeros();
+    match form {
+        MsbForm::OneRound => 1 + tree,
+        MsbForm::TwoRound => 2 + tree,
+    }
+}
+
+/// How [`msb_with`] makes the generate bits y ∧ x_0 of its first layer
+/// (docs/PROTOCOLS.md, MSB and comparison).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsbForm {
+    /// A three-party OT beside y's input: 1 round, 7k − 6 bits per element in the first
+    /// layer, for comparisons on the critical path.
+    OneRound,
+    /// Each holder of x_0 multiplies it by the part of y it knows, and the two exchange
+    /// their products masked: 2 rounds, 3k − 2 bits, for comparisons whose rounds hide
+    /// beside another branch.
+    TwoRound,
 }
 
 /// Sign bit of each element of `x` read in the ring Z_2^k with k = `width` (the
 /// components are reduced mod 2^k first, a free ring homomorphism).
 ///
-/// One-round first layer, then a carry tree (docs/PROTOCOLS.md, MSB and comparison):
+/// One-round first layer ([`MsbForm::OneRound`]; [`msb_with`] offers the cheaper
+/// two-round one), then a carry tree (docs/PROTOCOLS.md, MSB and comparison):
 /// `P1`'s role computes y = x_1 + x_2, so x = y + x_0 is a sum of two operands;
 /// `[y]^B` is input by that role and the generate bits y ∧ x_0 come from a bitwise
 /// three-party OT whose choice bits x_0 the other two roles know; a binary tree over the
@@ -51,12 +75,37 @@ pub const fn msb_rounds(k: u32) -> u32 {
 /// bound silently gives a wrong bit: every caller documents its bound.
 ///
 /// Rounds: 1 + ⌈log2(k−1)⌉ (k = 64: 7; k = 32: 6). Bits per element (summed over the
-/// parties, with L = ⌈log2(k−1)⌉): 14k − 19 − 3L (k = 64: 859; k = 32: 414); roles rotate,
+/// parties, with L = ⌈log2(k−1)⌉): 13k − 18 − 3L (k = 64: 796; k = 32: 383); roles rotate,
 /// so each party sends about a third.
 ///
 /// # Errors
 /// `Misuse` unless 2 ≤ k ≤ 64; `Protocol` if a message is malformed.
 pub async fn msb(ctx: &mut Ctx, x: &Shares, width: Width) -> Result<BitShares, Error> {
+    msb_with(ctx, x, width, MsbForm::OneRound).await
+}
+
+/// [`msb`] with its first layer in the given form: [`MsbForm::TwoRound`] takes one round
+/// more and 4k − 4 bits fewer per element.
+///
+/// The two-round first layer: `[y]^B` is input as in [`msb`] (R1 sends R0 y_1 = y ⊕ y_2,
+/// y_2 drawn with R2), so R0 knows x_0 and y_1 and R2 knows x_0 and y_2. The generate
+/// bits G = x_0 ∧ y = (x_0 ∧ y_1) ⊕ (x_0 ∧ y_2) are then a sum of one part at R0 and one
+/// at R2. Their replicated shares: g_1 drawn by R0 and R1, g_2 by R1 and R2, and
+/// g_0 = G ⊕ g_1 ⊕ g_2, which R0 and R2 learn by sending each other their part masked by
+/// their draw (R2's in round 1, R0's in round 2, after y_1 arrives). Each message is
+/// masked by a draw its receiver lacks; R1 receives nothing.
+///
+/// Rounds: [`msb_rounds_with`], 2 + ⌈log2(k−1)⌉ for the two-round form. Bits per element:
+/// 9k − 14 − 3L (k = 18: 133; k = 64: 544).
+///
+/// # Errors
+/// As [`msb`].
+pub async fn msb_with(
+    ctx: &mut Ctx,
+    x: &Shares,
+    width: Width,
+    form: MsbForm,
+) -> Result<BitShares, Error> {
     let k = width.bits();
     if k < 2 {
         return Err(Error::misuse("msb needs a ring of at least 2 bits"));
@@ -66,16 +115,36 @@ pub async fn msb(ctx: &mut Ctx, x: &Shares, width: Width) -> Result<BitShares, E
     let n = x.len();
     let blocks = role_blocks(n);
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
-    let mut states = Vec::with_capacity(3);
-    for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
-        states.push(first_layer_send(c, x, range, s, width)?);
-    }
     let mut g_parts = Vec::with_capacity(3);
     let mut p_parts = Vec::with_capacity(3);
-    for (c, st) in ctxs.iter_mut().zip(states) {
-        let (g, p) = first_layer_finish(c, st, width).await?;
-        g_parts.push(g);
-        p_parts.push(p);
+    match form {
+        MsbForm::OneRound => {
+            let mut states = Vec::with_capacity(3);
+            for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
+                states.push(first_layer_send(c, x, range, s, width)?);
+            }
+            for (c, st) in ctxs.iter_mut().zip(states) {
+                let (g, p) = first_layer_finish(c, st, width).await?;
+                g_parts.push(g);
+                p_parts.push(p);
+            }
+        }
+        MsbForm::TwoRound => {
+            let mut states = Vec::with_capacity(3);
+            for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
+                states.push(exchange_send(c, x, range, s, width)?);
+            }
+            // Every R0 answers before any party waits for the answers.
+            let mut states2 = Vec::with_capacity(3);
+            for (c, st) in ctxs.iter_mut().zip(states) {
+                states2.push(exchange_answer(c, st, width).await?);
+            }
+            for (c, st) in ctxs.iter_mut().zip(states2) {
+                let (g, p) = exchange_finish(c, st, width).await?;
+                g_parts.push(g);
+                p_parts.push(p);
+            }
+        }
     }
     let g = BitShares::concat(&g_parts.iter().collect::<Vec<_>>())?;
     let p = BitShares::concat(&p_parts.iter().collect::<Vec<_>>())?;
@@ -145,8 +214,9 @@ async fn carry_tree(
 
 /// State of one role block between the two halves of the first layer.
 enum FirstLayer {
-    /// R0 knows x_0 and waits for R1's input and OT strings and R2's helper.
-    R0 { x0: Vec<u64> },
+    /// R0 knows x_0 and its draw g_1 with R1; it waits for R1's input and OT strings and
+    /// R2's helper.
+    R0 { x0: Vec<u64>, g1: Vec<u64> },
     /// R1 already holds its components of [y]^B and [G]^B.
     R1 {
         y1: Vec<u64>,
@@ -179,15 +249,18 @@ fn first_layer_send(
     let (xa, xb) = x.block(range.clone())?;
     // Correlated draws, in the same order at every party.
     let f2 = ctx.pair_random(r2, 4 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w_0, w_1, [G]^B comp 2
-    let f1 = ctx.pair_random(r1, 2 * n)?; // K_{R1}: R0 and R1 — v_0, v_1
+    let f1 = ctx.pair_random(r1, 3 * n)?; // K_{R1}: R0 and R1 — v_0, v_1, [G]^B comp 1
     let err = || Error::bug("comparison role lacks a key");
     if me == r1 {
         let f2 = f2.ok_or_else(err)?;
         let f1 = f1.ok_or_else(err)?;
-        let rho = ctx.private_random(n);
         let (y2, rest) = f2.split_at(n);
         let (w, g2) = rest.split_at(2 * n);
-        let (v0, v1) = f1.split_at(n);
+        let (v, g1) = f1.split_at(2 * n);
+        let (v0, v1) = v.split_at(n);
+        // The OT's pad is the XOR of the two drawn components of [G]^B, so that neither
+        // needs a message: R0 lacks g_2 and R2 lacks g_1, so it is uniform to each.
+        let rho: Vec<u64> = g1.iter().zip(g2).map(|(a, b)| a ^ b).collect();
         let (w0, w1) = w.split_at(n);
         let y: Vec<u64> = xa
             .iter()
@@ -205,21 +278,20 @@ fn first_layer_send(
                 to_r2.push((m ^ vv) & tm);
             }
         }
-        let g1: Vec<u64> = rho.iter().zip(g2).map(|(r, f)| (r ^ f) & tm).collect();
         ctx.send(r0, &y1, width)?;
         ctx.send(r0, &to_r0, wt)?;
-        ctx.send(r0, &g1, wt)?;
         ctx.send(r2, &to_r2, wt)?;
         Ok(FirstLayer::R1 {
             y1,
             y2: y2.to_vec(),
-            g1,
-            g2: g2.to_vec(),
+            g1: g1.iter().map(|v| v & tm).collect(),
+            g2: g2.iter().map(|v| v & tm).collect(),
         })
     } else if me == r0 {
         // R0 holds (c_0, c_1): x_0 = c_0.
         let f1 = f1.ok_or_else(err)?;
-        let (v0, v1) = f1.split_at(n);
+        let (v, g1) = f1.split_at(2 * n);
+        let (v0, v1) = v.split_at(n);
         let x0: Vec<u64> = xa.iter().map(|v| v & km).collect();
         let helper: Vec<u64> = x0
             .iter()
@@ -228,7 +300,10 @@ fn first_layer_send(
             .map(|((c, a), b)| select_bits(*c, *a, *b) & tm)
             .collect();
         ctx.send(r2, &helper, wt)?;
-        Ok(FirstLayer::R0 { x0 })
+        Ok(FirstLayer::R0 {
+            x0,
+            g1: g1.iter().map(|v| v & tm).collect(),
+        })
     } else {
         // R2 holds (c_2, c_0): x_0 = c_0.
         let f2 = f2.ok_or_else(err)?;
@@ -246,7 +321,7 @@ fn first_layer_send(
         Ok(FirstLayer::R2 {
             x0,
             y2: y2.to_vec(),
-            g2: g2.to_vec(),
+            g2: g2.iter().map(|v| v & tm).collect(),
         })
     }
 }
@@ -285,12 +360,11 @@ async fn first_layer_finish(
             let p = BitShares::from_parts(me, width, y1, y2);
             Ok((g, p))
         }
-        FirstLayer::R0 { x0 } => {
+        FirstLayer::R0 { x0, g1 } => {
             let n = x0.len();
             let (r1, r2) = (me.next(), me.prev());
             let y1 = ctx.recv(r1, n, width).await?;
             let offered = ctx.recv(r1, 2 * n, wt).await?;
-            let g1 = ctx.recv(r1, n, wt).await?;
             let helper = ctx.recv(r2, n, wt).await?;
             let g0 = unmask_ot(&x0, &offered, &helper, tm);
             let g = BitShares::from_parts(me, width, g0, g1);
@@ -309,6 +383,154 @@ async fn first_layer_finish(
             let p = BitShares::from_parts(me, width, y2, x0);
             Ok((g, p))
         }
+    }
+}
+
+/// State of one role block in the two-round first layer ([`MsbForm::TwoRound`]).
+enum Exchange {
+    /// R0 knows x_0 and its draw g_1 with R1; it waits for y_1, then answers R2.
+    R0 { x0: Vec<u64>, g1: Vec<u64> },
+    /// R0 after its answer: its part masked, x_0, y_1 and g_1.
+    R0Sent {
+        x0: Vec<u64>,
+        y1: Vec<u64>,
+        g1: Vec<u64>,
+        masked: Vec<u64>,
+    },
+    /// R1 holds its components of [y]^B and [G]^B and receives nothing.
+    R1 {
+        y1: Vec<u64>,
+        y2: Vec<u64>,
+        g1: Vec<u64>,
+        g2: Vec<u64>,
+    },
+    /// R2 has sent its part masked; it waits for R0's.
+    R2 {
+        x0: Vec<u64>,
+        y2: Vec<u64>,
+        g2: Vec<u64>,
+        masked: Vec<u64>,
+    },
+}
+
+/// Round 1 of the two-round first layer: R1 inputs [y]^B, R2 sends R0 its part
+/// x_0 ∧ y_2 masked by g_2.
+fn exchange_send(
+    ctx: &mut Ctx,
+    x: &Shares,
+    range: core::ops::Range<usize>,
+    s: usize,
+    width: Width,
+) -> Result<Exchange, Error> {
+    let me = ctx.me();
+    let r0 = PartyId::from_index(s);
+    let (r1, r2) = (r0.next(), r0.prev());
+    let n = range.len();
+    let k = width.bits();
+    let wt = low_width(k - 1)?; // generate bits cover positions 0..k−2
+    let (km, tm) = (width.mask(), wt.mask());
+    let (xa, xb) = x.block(range)?;
+    let f2 = ctx.pair_random(r2, 2 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, [G]^B comp 2
+    let f1 = ctx.pair_random(r1, n)?; // K_{R1}: R0 and R1 — [G]^B comp 1
+    let err = || Error::bug("comparison role lacks a key");
+    let masked_low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
+    if me == r1 {
+        let f2 = f2.ok_or_else(err)?;
+        let g1 = f1.ok_or_else(err)?;
+        let (y2, g2) = f2.split_at(n);
+        let y1: Vec<u64> = xa
+            .iter()
+            .zip(xb)
+            .zip(y2)
+            .map(|((a, b), f)| (a.wrapping_add(*b) ^ f) & km)
+            .collect();
+        ctx.send(r0, &y1, width)?;
+        Ok(Exchange::R1 {
+            y1,
+            y2: y2.iter().map(|v| v & km).collect(),
+            g1: masked_low(&g1),
+            g2: masked_low(g2),
+        })
+    } else if me == r0 {
+        // R0 holds (c_0, c_1): x_0 = c_0.
+        let g1 = f1.ok_or_else(err)?;
+        Ok(Exchange::R0 {
+            x0: xa.iter().map(|v| v & km).collect(),
+            g1: masked_low(&g1),
+        })
+    } else {
+        // R2 holds (c_2, c_0): x_0 = c_0.
+        let f2 = f2.ok_or_else(err)?;
+        let (y2, g2) = f2.split_at(n);
+        let x0: Vec<u64> = xb.iter().map(|v| v & km).collect();
+        let masked: Vec<u64> = x0
+            .iter()
+            .zip(y2)
+            .zip(g2)
+            .map(|((c, y), g)| (c & y ^ g) & tm)
+            .collect();
+        ctx.send(r0, &masked, wt)?;
+        Ok(Exchange::R2 {
+            x0,
+            y2: y2.iter().map(|v| v & km).collect(),
+            g2: masked_low(g2),
+            masked,
+        })
+    }
+}
+
+/// Round 2 of the two-round first layer: R0 receives y_1 and sends R2 its part
+/// x_0 ∧ y_1 masked by g_1.
+async fn exchange_answer(ctx: &mut Ctx, st: Exchange, width: Width) -> Result<Exchange, Error> {
+    let Exchange::R0 { x0, g1 } = st else {
+        return Ok(st);
+    };
+    let me = ctx.me();
+    let wt = low_width(width.bits() - 1)?;
+    let tm = wt.mask();
+    let y1 = ctx.recv(me.next(), x0.len(), width).await?;
+    let masked: Vec<u64> = x0
+        .iter()
+        .zip(&y1)
+        .zip(&g1)
+        .map(|((c, y), g)| (c & y ^ g) & tm)
+        .collect();
+    ctx.send(me.prev(), &masked, wt)?;
+    Ok(Exchange::R0Sent { x0, y1, g1, masked })
+}
+
+/// Finishes one block of the two-round first layer: g_0 is the XOR of the two masked
+/// parts. Returns this party's shares of (generate bits G, propagate bits P).
+async fn exchange_finish(
+    ctx: &mut Ctx,
+    st: Exchange,
+    width: Width,
+) -> Result<(BitShares, BitShares), Error> {
+    let me = ctx.me();
+    let wt = low_width(width.bits() - 1)?;
+    let xor = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().zip(b).map(|(u, v)| u ^ v).collect() };
+    match st {
+        Exchange::R1 { y1, y2, g1, g2 } => Ok((
+            BitShares::from_parts(me, width, g1, g2),
+            BitShares::from_parts(me, width, y1, y2),
+        )),
+        Exchange::R0Sent { x0, y1, g1, masked } => {
+            let other = ctx.recv(me.prev(), x0.len(), wt).await?;
+            let g0 = xor(&masked, &other);
+            Ok((
+                BitShares::from_parts(me, width, g0, g1),
+                BitShares::from_parts(me, width, x0, y1),
+            ))
+        }
+        Exchange::R2 { x0, y2, g2, masked } => {
+            let other = ctx.recv(me.next(), x0.len(), wt).await?;
+            let g0 = xor(&masked, &other);
+            Ok((
+                BitShares::from_parts(me, width, g2, g0),
+                BitShares::from_parts(me, width, y2, x0),
+            ))
+        }
+        Exchange::R0 { .. } => Err(Error::bug("R0 finished before it answered")),
     }
 }
 

@@ -262,15 +262,15 @@ impl Plan {
 /// **107** (108 for T ≠ 1); top-k = 50 and top-p = 0.9: **436**.
 ///
 /// **Bits** per row of v = vocab, summed over the parties, with LT(k) =
-/// 14k − 19 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·184·v (temperature), the maximum's
-/// ([`max_rows`]), 2271·v (negExp), 256·b + 192 (U and U·Q), (v − 1)·LT(ks) + 256·v (the
-/// draw), [min-p]·(414·v + 3·v·[top-k ∨ top-p]), [any filter]·448·v (the final weights),
+/// 13k − 18 − 3⌈log2(k − 1)⌉: the sum of [T ≠ 1]·184·v (temperature), the maximum's
+/// ([`max_rows`]), 2186·v (negExp), 256·b + 192 (U and U·Q), (v − 1)·LT(ks) + 256·v (the
+/// draw), [min-p]·(383·v + 3·v·[top-k ∨ top-p]), [any filter]·448·v (the final weights),
 /// [top-k]·(N·v·(LT(kd) + 259) + N·LT(kc) + (N − 1)·256) and
 /// [top-p]·(448·v·[top-k] + N·v·(LT(kd) + 259) + N·(192 + LT(33)) + (N − 1)·256).
-/// Pinned in tests/sampling.rs (rows of 16: 110,845 bits per row at T = 1, 412,349 with
-/// every filter). GPT-2's vocabulary (measured, cost report): **4232 bits per element**
-/// at T = 1 (26.6 MB per token in total), **21,616** with top-k = 50 and top-p = 0.9
-/// (135.8 MB).
+/// Pinned in tests/sampling.rs (rows of 16: 105,045 bits per row at T = 1, 393,321 with
+/// every filter). GPT-2's vocabulary (measured, cost report): **4054 bits per element**
+/// at T = 1 (25.5 MB per token in total), **20,670** with top-k = 50 and top-p = 0.9
+/// (129.9 MB).
 ///
 /// **Range** (contract): |x/T| < 4096 for every logit (the maximum's and negExp's
 /// comparisons in Z_2^32) and |x·2^30/T| < 2^62 raw; outside, results are silently wrong.

@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::ring::Width;
 use crate::share::Shares;
 
-use super::gelu::{encode_at, lincomb};
+use super::gelu::{BitsForm, encode_at, lincomb};
 use super::maxpool::{Compare, MaxMethod, max_segments};
 use super::mul::{cross_terms, mul_trunc, mul_trunc_in, square_trunc, square_trunc_in};
 use super::{reciprocal_extra, reshare_trunc_narrow, trunc_in};
@@ -99,13 +99,15 @@ pub enum ExpApprox {
 
 impl ExpApprox {
     /// Rounds of [`neg_exp_with`] for f ≤ 18 (its cutoff comparison, in Z_2^(36−f), takes
-    /// 6 rounds; fewer above): the approximation's own rounds, or the cutoff's 8 (7 with the
-    /// one-round B2A) if they are fewer, plus the join's 2.
+    /// 6 rounds with the one-round first layer; fewer above): the approximation's own
+    /// rounds, or the cutoff branch's if they are fewer (7 in its fastest form; it takes
+    /// the cheapest form that fits beside the chain), plus the join's 2.
     pub const fn rounds(self) -> u32 {
         // The cutoff's comparison width at f = 18: 32 − (18 − 4) = 18 bits.
         let width = SOFTMAX_RING_BITS - (18 - NEG_EXP_CUT_FRAC_BITS);
         let own = self.chain_rounds();
-        let (cutoff, _) = cutoff_branch(own, width);
+        let ring = 18 + EXP_GUARD_BITS + EXP_JOIN_HEADROOM_BITS;
+        let cutoff = BitsForm::within(own, width, ring).rounds(width);
         if own > cutoff { own + 2 } else { cutoff + 2 }
     }
 
@@ -194,18 +196,20 @@ impl ExpApprox {
 /// Rounds: [`ExpApprox::rounds`]: Puma 2t + 1 for 4 ≤ t ≤ 12 (t = 5: **11**; t = 8: 17;
 /// t = 9: 19), 9 for t = 3; Taylor2 2t + 3 (t = 4: **11**, t = 8: 19); Minimax **11**.
 /// Bits per element, summed over the parties, with trunc(d) = 64 + 4d, J = f + 9 and
-/// g = 6: Puma 218 (comparison in Z_2^18; 414 in Z_2^32 on the uncut x) + 3J (two-round
-/// B2A; 4J for t = 3) + 128·(t − 1) (squares, each truncation fused into the square's
+/// g = 6: Puma 133 (comparison in Z_2^18 with the two-round first layer; 201 with the
+/// one-round one for t = 3, whose chain is too short to hide it; 383 in Z_2^32 on the
+/// uncut x) + 3J (two-round B2A; 4J for t = 3) + 128·(t − 1) (squares, each truncation fused into the square's
 /// reshare) + trunc(2f + 2t − 30) + (t − 2)·trunc(30) + 3J (the last square, cut) + 2J +
-/// 64 + 4(64 − J + g) (the join's truncating lift); f = 18: t = 5 **1862 bits** (≈ 78
-/// bytes per party and element with role rotation), t = 8 2822, t = 9 3142 (t = 3: 1249).
-/// Taylor2 218 + 3J + 128 (x², fused truncation) + trunc(2f + 2t − 29) + 128·(t − 1) +
-/// (t − 1)·trunc(30) + 3J + 2J + 64 + 4(64 − J + g): t = 4: **1858 bits**, t = 8: 3138;
-/// Minimax 218 + 3J + 5·(3·53 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
+/// 64 + 4(64 − J + g) (the join's truncating lift); f = 18: t = 5 **1777 bits** (≈ 74
+/// bytes per party and element with role rotation), t = 8 2737, t = 9 3057 (t = 3: 1232).
+/// Taylor2 133 + 3J + 128 (x², fused truncation) + trunc(2f + 2t − 29) + 128·(t − 1) +
+/// (t − 1)·trunc(30) + 3J + 2J + 64 + 4(64 − J + g): t = 4: **1773 bits**, t = 8: 3053;
+/// Minimax 133 + 3J + 5·(3·53 + 4·25) (u², u³, u⁴, u⁸ and P, each product's truncation by
 /// 25 fused into its reshare, all in Z_2^53) + 2·(53 + 4·25) (B1, B2) + 3J (P², cut) +
-/// 2J + 64 + 4(64 − J + g) = **2271 bits** at f = 18 (≈ 95 bytes per party and element
-/// with role rotation; Taylor2 t = 8: 131; 2545 with P² truncated and the join over
-/// Z_2^64, 2710 with the chain there too).
+/// 2J + 64 + 4(64 − J + g) = **2186 bits** at f = 18 (≈ 91 bytes per party and element
+/// with role rotation; Taylor2 t = 8: 127; 2460 with P² truncated and the join over
+/// Z_2^64, 2625 with the chain there too). The cutoff's first layer and B2A take the
+/// cheapest form that the chain's rounds hide (`BitsForm::within`).
 ///
 /// # Errors
 /// `Misuse` unless 3 ≤ t ≤ 12 (Puma) or 4 ≤ t ≤ 12 (Taylor2), 15 ≤ f + t ≤ 30 (Taylor2;
@@ -241,11 +245,11 @@ async fn neg_exp_at(
     let guard = EXP_GUARD_BITS;
     let ring =
         Width::new(out + guard + EXP_JOIN_HEADROOM_BITS).ok_or(Error::bug("negExp join ring"))?;
-    let (_, relay) = cutoff_branch(approx.chain_rounds(), width.bits());
+    let form = BitsForm::within(approx.chain_rounds(), width.bits(), ring.bits());
     let (mut ca, mut cb) = (ctx.fork(), ctx.fork());
     let cut_x = super::gelu::shift_components(x, cut);
     let cutoffs = [cutoff];
-    let branch_a = super::gelu::breakpoint_bits(&mut ca, &cut_x, &cutoffs, width, relay, ring);
+    let branch_a = super::gelu::breakpoint_bits(&mut ca, &cut_x, &cutoffs, width, form, ring);
     let branch_b = async {
         // The chains end one squaring short: y² is e^x.
         let (y, chain_ring, y_frac) = match chain {
@@ -270,16 +274,6 @@ async fn neg_exp_at(
     let minus_one = Shares::zeros(y.party(), y.len()).add_public_scalar(u64::MAX);
     let pieces = [Some(&minus_one), Some(&y)];
     super::gelu::join_pieces(&mut ctx, &below, &pieces, (ring, guard), Width::W64).await
-}
-
-/// Rounds of [`neg_exp_with`]'s cutoff branch (a), its comparison in Z_2^`width`, beside a
-/// chain of `chain_rounds`, and whether its B2A takes the cheaper two-round form: it does
-/// whenever the chain is long enough to hide that round. One rule for the schedule and for
-/// [`ExpApprox::rounds`], so the two cannot drift apart.
-const fn cutoff_branch(chain_rounds: u32, width: u32) -> (u32, bool) {
-    let compare = super::msb::msb_rounds(width);
-    let relay = chain_rounds >= compare + 2;
-    (compare + if relay { 2 } else { 1 }, relay)
 }
 
 /// Branch (b) of [`neg_exp_with`], its parameters checked before any message is sent.
@@ -544,14 +538,14 @@ pub async fn softmax_rows(
 /// n = 1024: 5 tournament levels first, 53 + 11 + 6 + 2 = 72 (Minimax: 35 + 11 + 6 + 2 =
 /// 54).
 /// **Bits** per row of n (summed over the parties; a third per party with role rotation):
-/// max (n = 32: 216262 by the carry tree, 169142 with cut keys: 496 comparisons of 319
-/// bits instead of 414) + n·negExp at f + 4 bits (Puma t = 5: 1878; Minimax: 2287; 16
+/// max (n = 32: 200886 by the carry tree, 169142 with cut keys: 496 comparisons of 319
+/// bits instead of 383) + n·negExp at f + 4 bits (Puma t = 5: 1793; Minimax: 2202; 16
 /// above [`neg_exp_with`]'s, whose join ring is 4 bits narrower) + the row's reciprocal
 /// (n ≤ 32: 17419,
 /// [`crate::proto::reciprocal_bits`]) plus n·(128 + 64 + 4(f + 16)) (final products with
 /// their truncations fused into the reshare: 328 per entry); n = 32, Puma t = 5:
-/// 216262 + 60096 + 17419 + 10496 = **304273 bits (38.0 KB) per row**; Minimax:
-/// 169142 + 73184 + 17419 + 10496 = **270241**; pinned in tests/softmax.rs and
+/// 200886 + 57376 + 17419 + 10496 = **286177 bits (35.8 KB) per row**; Minimax:
+/// 169142 + 70464 + 17419 + 10496 = **267521**; pinned in tests/softmax.rs and
 /// tests/cost_report.rs. Over several levels of cut keys, each B2A'd member costs
 /// 4·(k' − f + 5) bits instead of 256 and each group's sum 3·(k' − f + 5) instead of
 /// 192 (76 and 57 at f = 18), and the keys left for the last level are lifted, 2k + 64 +
@@ -763,7 +757,7 @@ const DEFERRED_RECIP_EXTRA: u32 = 8;
 /// f = 18 instead of 328 per probability) and the reciprocal at 12 extra bits (r at
 /// f + 8 from S at f + 4) instead of 16, plus the product with V (128 + 64 + 4(f + 4) =
 /// 280 per output); GPT-2's attention (12 × 32 causal rows over 32 keys, heads of 64):
-/// 151780 bits per row, pinned in tests/softmax.rs and tests/cost_report.rs.
+/// 150377.5 bits per row on average, pinned in tests/softmax.rs and tests/cost_report.rs.
 ///
 /// # Errors
 /// `Misuse` for mismatched shapes or valid lengths, or the parameters refused by
