@@ -205,6 +205,69 @@ fn msb_costs_match_the_formula() {
     assert_eq!(proto::msb_rounds(18), 6);
 }
 
+/// Several public thresholds in one call: [y]^B is input once per element, so the call
+/// costs k bits per element less per threshold beyond the first than separate comparisons;
+/// every bit is the sign of x − c_j.
+#[test]
+fn carry_tree_thresholds_share_the_input_and_stay_exact() {
+    let k = 18u32;
+    let w = Width::new(k).unwrap();
+    let thresholds: Vec<u64> = vec![(-66i64) as u64, 64, 0];
+    let mut vals: Vec<i64> = vec![-67, -66, -65, 63, 64, 65, 0, -1, 1];
+    vals.extend_from_slice(&[(1 << 16) - 1 - 66, -(1 << 16) + 66]);
+    vals.extend((0..40u64).map(|i| ((pseudo(i, 5) << 48) as i64) >> 48));
+    let raw: Vec<u64> = vals.iter().map(|&v| v as u64).collect();
+    let n = vals.len();
+    for form in [proto::MsbForm::OneRound, proto::MsbForm::TwoRound] {
+        let th = thresholds.clone();
+        let (bits, out) = run_bits(3, raw.clone(), move |mut ctx, x| {
+            let th = th.clone();
+            async move { proto::lt_thresholds_carry(&mut ctx, &x, &th, w, form).await }
+        });
+        assert_eq!(bits.len(), 3 * n);
+        for (j, c) in thresholds.iter().enumerate() {
+            for (i, v) in vals.iter().enumerate() {
+                assert_eq!(
+                    bits[j * n + i] == 1,
+                    *v < *c as i64,
+                    "{form:?}: {v} < {}",
+                    *c as i64
+                );
+            }
+        }
+        assert_eq!(out.rounds(), 2 + proto::msb_rounds_with(k, form));
+    }
+    // Bits: 24 elements, 2 thresholds.
+    let n = 24usize;
+    for form in [proto::MsbForm::OneRound, proto::MsbForm::TwoRound] {
+        let out = Sim::new(7).run(move |_| {
+            move |mut ctx| async move {
+                let x = ctx.random_shares(n);
+                proto::lt_thresholds_carry(&mut ctx, &x, &[5, 1 << 10], w, form).await
+            }
+        });
+        let (k, l) = (u64::from(k), 5u64);
+        let per_threshold = match form {
+            proto::MsbForm::OneRound => 6 * (k - 1),
+            proto::MsbForm::TwoRound => 2 * (k - 1),
+        };
+        let tree = 6 * k - 12 - 3 * l;
+        let total = (k + 2 * (per_threshold + tree)) * n as u64;
+        assert_eq!(out.payload_bytes(), [total / 24; 3], "{form:?}");
+    }
+    let none = Sim::new(7).run(move |_| {
+        move |mut ctx| async move {
+            let x = ctx.random_shares(3);
+            proto::lt_thresholds_carry(&mut ctx, &x, &[], w, proto::MsbForm::OneRound).await
+        }
+    });
+    assert!(
+        none.results
+            .iter()
+            .all(|r| matches!(r, Err(e) if e.kind() == puma_core::ErrorKind::Misuse))
+    );
+}
+
 #[test]
 fn b2a_mul_bit_and_select_are_exact() {
     let n = 100_000usize;

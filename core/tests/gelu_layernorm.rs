@@ -195,7 +195,7 @@ fn gelu_minimax_refit_is_more_accurate_at_the_same_cost() {
         proto::gelu_with(&mut ctx, &x, &fit).await
     });
     assert_eq!(cost.rounds(), 8);
-    assert_eq!(cost.payload_bytes(), [(1247 * n / 8) as u64; 3]);
+    assert_eq!(cost.payload_bytes(), [(3677 * n / 24) as u64; 3]);
 }
 
 #[test]
@@ -275,7 +275,7 @@ fn gelu_and_silu_far_inputs_select_exactly() {
     }
 }
 
-/// GeLU costs 8 rounds and 1247 bits per element and party (3741 in total;
+/// GeLU costs 8 rounds and 3677 bits per element in total (1225⅔ per party;
 /// docs/PROTOCOLS.md, GeLU);
 /// its three comparisons cost the rounds of one.
 #[test]
@@ -286,7 +286,7 @@ fn gelu_costs_are_pinned() {
         |mut ctx, x| async move { proto::gelu(&mut ctx, &x).await },
     );
     assert_eq!(out.rounds(), 8);
-    assert_eq!(out.payload_bytes(), [(1247 * n / 8) as u64; 3]);
+    assert_eq!(out.payload_bytes(), [(3677 * n / 24) as u64; 3]);
     // One comparison alone (n elements, k' = 32) takes 6 rounds; three batched, too.
     let w = puma_core::Width::new(proto::ACTIVATION_RING_BITS).unwrap();
     for reps in [1usize, 3] {
@@ -303,7 +303,7 @@ fn gelu_costs_are_pinned() {
         proto::gelu(&mut ctx, &x).await
     });
     assert_eq!(big.rounds(), 8);
-    assert_eq!(big.payload_bytes(), [(1247 * 3 * n / 8) as u64; 3]);
+    assert_eq!(big.payload_bytes(), [(3677 * 3 * n / 24) as u64; 3]);
 }
 
 fn silu_exact(x: f64) -> f64 {
@@ -343,7 +343,7 @@ fn silu_accuracy_on_minus_twenty_to_twenty() {
     assert!(max_err <= 0.02, "max err {max_err}");
 }
 
-/// SiLU: 8 rounds, 2966 bits per element in total.
+/// SiLU: 8 rounds, 2934 bits per element in total.
 #[test]
 fn silu_costs_are_pinned() {
     let n = 96usize;
@@ -352,7 +352,7 @@ fn silu_costs_are_pinned() {
         |mut ctx, x| async move { proto::silu(&mut ctx, &x).await },
     );
     assert_eq!(out.rounds(), 8);
-    assert_eq!(out.payload_bytes(), [(2966 * n / 24) as u64; 3]);
+    assert_eq!(out.payload_bytes(), [(2934 * n / 24) as u64; 3]);
 }
 
 /// rsqrt over x ∈ [2^−10, 2^20] (lo = 8, hi = 38) at 10^5 log-uniform points, powers of two and
@@ -710,8 +710,8 @@ fn gelu_precise_accuracy_and_rounds() {
     }
 }
 
-/// The precise GeLU's exact cost: 2722 bits per element summed over the parties, i.e.
-/// 113 5⁄12 bytes per element and party for n divisible by 24 (comparisons at 22 bits, four
+/// The precise GeLU's exact cost: 2700 bits per element summed over the parties, i.e.
+/// 112.5 bytes per element and party for n divisible by 24 (comparisons at 22 bits, four
 /// products with the truncation fused into the reshare; the accounting is in the
 /// `gelu_precise` docs and in docs/PROTOCOLS.md, GeLU).
 #[test]
@@ -721,7 +721,7 @@ fn gelu_precise_pinned_cost() {
         proto::gelu_precise(&mut ctx, &x, proto::GeluForm::Erf).await
     });
     assert_eq!(out.rounds(), 10);
-    let per_party = 2722 * n as u64 / 24;
+    let per_party = 2700 * n as u64 / 24;
     assert_eq!(out.payload_bytes(), [per_party; 3]);
 }
 
@@ -781,12 +781,13 @@ fn gelu_chebyshev_accuracy() {
     }
 }
 
-/// The Chebyshev GeLU's exact cost: 1738 bits per element summed over the parties, i.e.
-/// 72 5⁄12 bytes per element and party for n divisible by 24, in 10 rounds (the accounting
+/// The Chebyshev GeLU's exact cost: 1720 bits per element summed over the parties, i.e.
+/// 71⅔ bytes per element and party for n divisible by 24, in 10 rounds (the accounting
 /// is in the `gelu_chebyshev` docs and in docs/PROTOCOLS.md, GeLU): the comparisons' first
-/// layer in two rounds beside the polynomial (1842 bits with the one-round layer), the
+/// layer in two rounds beside the polynomial and y input once for both breakpoints (1842
+/// bits with the one-round layer and separate comparisons), the
 /// powers made in Z_2^61 and the final sum in Z_2^43, the join in Z_2^33 and its lift;
-/// `gelu_precise` takes 2722 bits and 10 rounds.
+/// `gelu_precise` takes 2700 bits and 10 rounds.
 #[test]
 fn gelu_chebyshev_pinned_cost() {
     let n = 24 * 10;
@@ -795,7 +796,7 @@ fn gelu_chebyshev_pinned_cost() {
             proto::gelu_chebyshev(&mut ctx, &x, form).await
         });
         assert_eq!(out.rounds(), 10);
-        let per_party = 1738 * n as u64 / 24;
+        let per_party = 1720 * n as u64 / 24;
         assert_eq!(out.payload_bytes(), [per_party; 3]);
     }
 }
@@ -821,7 +822,7 @@ fn gelu_chebyshev_refuses_unsupported_formats() {
 }
 
 /// GeLU lifted into Z_2^56 only, for the MLP's output projection summed in that ring:
-/// 1698 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
+/// 1680 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
 #[test]
 fn gelu_chebyshev_into_a_narrow_ring() {
     let fx = FixedPoint::default();
@@ -832,7 +833,7 @@ fn gelu_chebyshev_into_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1698 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1680 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
     xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0]);
     let raw = fx.encode_slice(&xs).unwrap();
@@ -848,7 +849,7 @@ fn gelu_chebyshev_into_a_narrow_ring() {
 
 /// GeLU from an input known mod 2^46 only (the MLP's first projection truncated into
 /// that ring, `gelu_chebyshev_input_bits(18)`), into Z_2^56: bits above 2^46 in the input
-/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1734
+/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1716
 /// bits (w's product summed in Z_2^46: 36 more than from Z_2^64, for 90 fewer in the
 /// producer's truncation).
 #[test]
@@ -865,7 +866,7 @@ fn gelu_chebyshev_from_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1734 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1716 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
     xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0, -4.125, 4.1874]);
     let raw = fx.encode_slice(&xs).unwrap();

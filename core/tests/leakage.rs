@@ -215,17 +215,19 @@ fn comparison_views_do_not_depend_on_the_secrets() {
     assert_private("lt", RUNS, |mut ctx, x, y| async move {
         proto::lt(&mut ctx, &x, &y, Width::W64).await
     });
-    // The two-round first layer: R2's and R0's masked parts of the generate bits.
-    assert_private("msb, two rounds", RUNS, |mut ctx, x, y| async move {
-        let d = x.sub(&y)?;
-        proto::msb_with(
-            &mut ctx,
-            &d,
-            Width::new(18).unwrap(),
-            proto::MsbForm::TwoRound,
-        )
-        .await
-    });
+    // Both first layers with two thresholds: one input of y, then per threshold the OT
+    // (one round) or R2's and R0's masked parts of the generate bits (two rounds).
+    for form in [proto::MsbForm::OneRound, proto::MsbForm::TwoRound] {
+        assert_private(
+            "lt_thresholds_carry",
+            RUNS,
+            move |mut ctx, x, y| async move {
+                let d = x.sub(&y)?;
+                let w = Width::new(18).unwrap();
+                proto::lt_thresholds_carry(&mut ctx, &d, &[3, 1u64.wrapping_neg()], w, form).await
+            },
+        );
+    }
 }
 
 /// The three-round comparisons: R2's zero tests, R0's and R1's masked halves, the offers

@@ -198,8 +198,9 @@ impl BitsForm {
 }
 
 /// Arithmetic shares of the bits `[x < c_k]` for every breakpoint `c_k` (raw ring values),
-/// as one vector per breakpoint, over Z_2^64 or the narrower `ring`: one batched MSB over
-/// the concatenation, then one B2A into `ring`.
+/// as one vector per breakpoint, over Z_2^64 or the narrower `ring`: one batched MSB for
+/// all breakpoints ([`super::lt_thresholds_carry`], y input once per element), then one
+/// B2A into `ring`.
 ///
 /// Rounds: [`BitsForm::rounds`], R_LT(k') + 1 in the fastest form. Bits per element and
 /// breakpoint: those of LT ([`super::msb_with`] in `form.msb`) plus 4·|ring| (256 over
@@ -215,14 +216,7 @@ pub(super) async fn breakpoint_bits(
 ) -> Result<Vec<Shares>, Error> {
     let mut ctx = ctx.fork();
     let n = x.len();
-    let reps: Vec<&Shares> = breakpoints.iter().map(|_| x).collect();
-    let all = Shares::concat(&reps)?;
-    let consts: Vec<u64> = breakpoints
-        .iter()
-        .flat_map(|&c| core::iter::repeat_n(c, n))
-        .collect();
-    let neg: Vec<u64> = consts.iter().map(|v| v.wrapping_neg()).collect();
-    let bits = super::msb_with(&mut ctx, &all.add_public(&neg)?, width, form.msb).await?;
+    let bits = super::msb::lt_thresholds_carry(&mut ctx, x, breakpoints, width, form.msb).await?;
     let a = super::b2a::b2a_in(&mut ctx, &bits, ring, form.relay).await?;
     (0..breakpoints.len())
         .map(|k| a.slice(k * n..(k + 1) * n))
@@ -378,10 +372,11 @@ impl GeluFit {
 /// [`gelu_with`] with [`GeluFit::MINIMAX`] is a refit of the same cost with an 11 times
 /// smaller maximum error (1.75e-3).
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 3·383 (LT) + 3·256 (B2A) +
-/// 4·192 (products) + 4·136 (truncations by f) + 2·160 (truncation by f + 6) + 192
-/// (join) = 3741, i.e. 1247 per party with role rotation; **Bytes**: 1247·n/8 per party
-/// = 155.875 per element (exact for n divisible by 24).
+/// Rounds: 8. Bits per element, summed over the parties: 1085 (three comparisons at 32
+/// bits, y input once: 32 + 3·(186 + 165)) + 3·256 (B2A) + 4·192 (products) + 4·136
+/// (truncations by f) + 2·160 (truncation by f + 6) + 192 (join) = 3677, i.e. 1225⅔ per
+/// party with role rotation; **Bytes**: 3677·n/24 per party ≈ 153.21 per element (exact
+/// for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -558,13 +553,14 @@ pub(super) fn shift_components(x: &Shares, d: u32) -> Shares {
 /// [−10, 10] (the cut at ±4 costs 4·Φ(−4) = 1.27e-4 for `Erf`, 7e-5 for `Tanh`). **Range**:
 /// as [`gelu`], |x| < 8188.
 ///
-/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·253 (LT at 22 bits) +
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 484 (two comparisons at
+/// 22 bits, y input once: 22 + 2·(126 + 105)) +
 /// 2·192 (B2A) + 4 fused products (128 + 64 + 4d each, d = 12, 28, 28, 28: 240 + 3·304) +
 /// B's truncation by 28 (176) + the final fused product truncated by 30 (312) + 192
-/// (join) = 2722 (5328 as first built, before the fused truncations, the 22-bit
-/// comparisons, Paterson–Stockmeyer, the two-round B2A, the 64 + 4d-bit truncation and
-/// the OT pad drawn as the generate bits' components); **Bytes**: 2722·n/24 per party =
-/// 113 5⁄12 per element (exact for n divisible by 24).
+/// (join) = 2700 (5328 as first built, before the fused truncations, the 22-bit
+/// comparisons, Paterson–Stockmeyer, the two-round B2A, the 64 + 4d-bit truncation, the
+/// OT pad drawn as the generate bits' components and y input once); **Bytes**:
+/// 2700·n/24 per party = 112.5 per element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.
@@ -769,16 +765,17 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
-/// Rounds: 10. Bits per element, summed over the parties (f = 18): 2·133 (LT at 18
-/// bits, two-round first layer), 2·132 (one-round B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 248 (the two
+/// comparisons at 18 bits with the two-round first layer, y input once: 18 + 2·(34 + 81)),
+/// 2·132 (one-round B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
 /// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
 /// (`GELU_POWER_RING_BITS`), the final fused products, their second factors and the
 /// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33
-/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1738** (1842
-/// with the one-round first layer and the two-round B2A, 1905 with the powers and the
-/// final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9 rounds; 2722 for
-/// [`gelu_precise`]); **Bytes**: 1738·n/24 per party = 72 5⁄12 per element (exact for n
-/// divisible by 24).
+/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1720** (1842
+/// with two separate one-round comparisons and the two-round B2A, 1905 with the powers
+/// and the final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9 rounds;
+/// 2700 for [`gelu_precise`]); **Bytes**: 1720·n/24 per party = 71⅔ per element (exact
+/// for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -804,7 +801,7 @@ pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
 /// [`gelu_chebyshev`] with w's product summed in Z_2^k (2k + 61 + 4·(86 − k) instead of
-/// 277) and the lift at 2·33 + m + 4·(m − 33): 1698 for k = 64 and m = 56, 1734 for
+/// 277) and the lift at 2·33 + m + 4·(m − 33): 1680 for k = 64 and m = 56, 1716 for
 /// k = 46 ([`gelu_chebyshev_input_bits`] at f = 18) and m = 56.
 ///
 /// # Errors
@@ -929,10 +926,11 @@ pub async fn gelu_chebyshev_into(
 /// inherent to the fit), mean 0.0036; [`silu_chebyshev`] is accurate to 1.5e-4 for about
 /// twice the rounds and 92 % of the bits.
 ///
-/// Rounds: 8. Bits per element, summed over the parties: 2·383 (LT) + 2·256 (B2A) +
-/// 4·192 (products) + 3·136 (truncations by f) + 2·160 (truncations by f + 6) + 192
-/// (join) = 2966, i.e. 988⅔ per party with role rotation; **Bytes**: 2966·n/24 per party
-/// = 123 7⁄12 per element (exact for n divisible by 24).
+/// Rounds: 8. Bits per element, summed over the parties: 734 (two comparisons at 32
+/// bits, y input once: 32 + 2·(186 + 165)) + 2·256 (B2A) + 4·192 (products) + 3·136
+/// (truncations by f) + 2·160 (truncations by f + 6) + 192 (join) = 2934, i.e. 978 per
+/// party with role rotation; **Bytes**: 2934·n/24 per party = 122.25 per element (exact
+/// for n divisible by 24).
 ///
 /// # Errors
 /// `Protocol` if a message is malformed.

@@ -49,7 +49,9 @@ pub use matmul::{
 pub use maxpool::{
     DEFAULT_ALL_PAIRS_MAX, MaxMethod, argmax_rows, argmax_rows_with, max_rows, max_rows_with,
 };
-pub use msb::{MsbForm, lt, lt_public, msb, msb_rounds, msb_rounds_with, msb_with};
+pub use msb::{
+    MsbForm, lt, lt_public, lt_thresholds_carry, msb, msb_rounds, msb_rounds_with, msb_with,
+};
 pub use mul::{mul, mul_fixed, mul_summands, square, square_fixed};
 pub use neg_power::{
     reciprocal, reciprocal_bits, reciprocal_extra, rsqrt, rsqrt_bits, rsqrt_scaled,

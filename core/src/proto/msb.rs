@@ -106,44 +106,79 @@ pub async fn msb_with(
     width: Width,
     form: MsbForm,
 ) -> Result<BitShares, Error> {
+    lt_thresholds_carry(ctx, x, &[0], width, form).await
+}
+
+/// The bits `[x < c_j]` for every public threshold c_j (raw ring values) and every element
+/// of `x`, compared in Z_2^k with k = `width`, threshold by threshold (the bits of c_0
+/// for all elements first): the signs of x − c_j by [`msb_with`], whose first layer inputs
+/// `[y]^B` once per element for all thresholds. The thresholds enter x_0, the component
+/// that R0 and R2 both hold, so y = x_1 + x_2 is the same for every threshold, and only
+/// the generate bits are made per threshold. Requires |x − c_j| < 2^(k−1) raw.
+///
+/// Rounds: [`msb_rounds_with`]. Bits per element for t thresholds: k (y's input) plus,
+/// per threshold, 6(k − 1) in the one-round form or 2(k − 1) in the two-round form, and
+/// the carry tree's 6k − 12 − 3L; k = 18, two thresholds, two rounds: 248 (266 as two
+/// separate comparisons).
+///
+/// # Errors
+/// `Misuse` unless 2 ≤ k ≤ 64 and there is a threshold; `Protocol` if a message is
+/// malformed.
+pub async fn lt_thresholds_carry(
+    ctx: &mut Ctx,
+    x: &Shares,
+    thresholds: &[u64],
+    width: Width,
+    form: MsbForm,
+) -> Result<BitShares, Error> {
     let k = width.bits();
     if k < 2 {
         return Err(Error::misuse("msb needs a ring of at least 2 bits"));
     }
+    if thresholds.is_empty() {
+        return Err(Error::misuse("a comparison needs at least one threshold"));
+    }
     let mut ctx = ctx.fork();
     let me = ctx.me();
     let n = x.len();
+    let t = thresholds.len();
     let blocks = role_blocks(n);
+    let lens: Vec<usize> = blocks.iter().map(|r| r.len()).collect();
     let mut ctxs = [ctx.fork(), ctx.fork(), ctx.fork()];
-    let mut g_parts = Vec::with_capacity(3);
-    let mut p_parts = Vec::with_capacity(3);
+    let mut parts = Vec::with_capacity(3);
     match form {
         MsbForm::OneRound => {
             let mut states = Vec::with_capacity(3);
             for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
-                states.push(first_layer_send(c, x, range, s, width)?);
+                states.push(first_layer_send(c, x, range, s, thresholds, width)?);
             }
             for (c, st) in ctxs.iter_mut().zip(states) {
-                let (g, p) = first_layer_finish(c, st, width).await?;
-                g_parts.push(g);
-                p_parts.push(p);
+                parts.push(first_layer_finish(c, st, t, width).await?);
             }
         }
         MsbForm::TwoRound => {
             let mut states = Vec::with_capacity(3);
             for ((s, range), c) in blocks.into_iter().enumerate().zip(ctxs.iter_mut()) {
-                states.push(exchange_send(c, x, range, s, width)?);
+                states.push(exchange_send(c, x, range, s, thresholds, width)?);
             }
             // Every R0 answers before any party waits for the answers.
             let mut states2 = Vec::with_capacity(3);
             for (c, st) in ctxs.iter_mut().zip(states) {
-                states2.push(exchange_answer(c, st, width).await?);
+                states2.push(exchange_answer(c, st, t, width).await?);
             }
             for (c, st) in ctxs.iter_mut().zip(states2) {
-                let (g, p) = exchange_finish(c, st, width).await?;
-                g_parts.push(g);
-                p_parts.push(p);
+                parts.push(exchange_finish(c, st, t, width).await?);
             }
+        }
+    }
+    // Each block holds its elements threshold by threshold; the result is threshold by
+    // threshold over all elements.
+    let mut g_parts = Vec::with_capacity(3 * t);
+    let mut p_parts = Vec::with_capacity(3 * t);
+    for j in 0..t {
+        for ((g, p), len) in parts.iter().zip(&lens) {
+            g_parts.push(g.slice(j * len..(j + 1) * len)?);
+            p_parts.push(p.slice(j * len..(j + 1) * len)?);
         }
     }
     let g = BitShares::concat(&g_parts.iter().collect::<Vec<_>>())?;
@@ -212,11 +247,28 @@ async fn carry_tree(
     Ok(g.map_linear(Width::BIT, |v| v & 1))
 }
 
+/// x_0 − c_j mod 2^k for every threshold c_j, threshold by threshold.
+fn shifted_x0(x0: &[u64], thresholds: &[u64], km: u64) -> Vec<u64> {
+    thresholds
+        .iter()
+        .flat_map(|c| x0.iter().map(move |v| v.wrapping_sub(*c) & km))
+        .collect()
+}
+
+/// `v` repeated `t` times (y's components, the same for every threshold).
+fn repeated(v: &[u64], t: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(v.len() * t);
+    for _ in 0..t {
+        out.extend_from_slice(v);
+    }
+    out
+}
+
 /// State of one role block between the two halves of the first layer.
 enum FirstLayer {
-    /// R0 knows x_0 and its draw g_1 with R1; it waits for R1's input and OT strings and
-    /// R2's helper.
-    R0 { x0: Vec<u64>, g1: Vec<u64> },
+    /// R0 knows x_0 − c_j and its draws g_1 with R1; it waits for R1's input and OT
+    /// strings and R2's helper.
+    R0 { x0s: Vec<u64>, g1: Vec<u64> },
     /// R1 already holds its components of [y]^B and [G]^B.
     R1 {
         y1: Vec<u64>,
@@ -224,9 +276,10 @@ enum FirstLayer {
         g1: Vec<u64>,
         g2: Vec<u64>,
     },
-    /// R2 knows x_0 and its PRF components; it waits for R1's OT strings and R0's helper.
+    /// R2 knows x_0 − c_j and its PRF components; it waits for R1's OT strings and R0's
+    /// helper.
     R2 {
-        x0: Vec<u64>,
+        x0s: Vec<u64>,
         y2: Vec<u64>,
         g2: Vec<u64>,
     },
@@ -237,45 +290,56 @@ fn first_layer_send(
     x: &Shares,
     range: core::ops::Range<usize>,
     s: usize,
+    thresholds: &[u64],
     width: Width,
 ) -> Result<FirstLayer, Error> {
     let me = ctx.me();
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
+    let t = thresholds.len();
     let k = width.bits();
     let wt = low_width(k - 1)?; // OT strings cover positions 0..k−2
     let (km, tm) = (width.mask(), wt.mask());
     let (xa, xb) = x.block(range.clone())?;
-    // Correlated draws, in the same order at every party.
-    let f2 = ctx.pair_random(r2, 4 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w_0, w_1, [G]^B comp 2
-    let f1 = ctx.pair_random(r1, 3 * n)?; // K_{R1}: R0 and R1 — v_0, v_1, [G]^B comp 1
+    let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
+    // Correlated draws, in the same order at every party. Per threshold: the OT masks
+    // w_0, w_1 (R1 and R2) and v_0, v_1 (R0 and R1), and [G]^B's components 1 and 2.
+    let f2 = ctx.pair_random(r2, n + 3 * t * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w, g_2
+    let f1 = ctx.pair_random(r1, 3 * t * n)?; // K_{R1}: R0 and R1 — v, g_1
     let err = || Error::bug("comparison role lacks a key");
     if me == r1 {
         let f2 = f2.ok_or_else(err)?;
         let f1 = f1.ok_or_else(err)?;
         let (y2, rest) = f2.split_at(n);
-        let (w, g2) = rest.split_at(2 * n);
-        let (v, g1) = f1.split_at(2 * n);
-        let (v0, v1) = v.split_at(n);
-        // The OT's pad is the XOR of the two drawn components of [G]^B, so that neither
-        // needs a message: R0 lacks g_2 and R2 lacks g_1, so it is uniform to each.
-        let rho: Vec<u64> = g1.iter().zip(g2).map(|(a, b)| a ^ b).collect();
-        let (w0, w1) = w.split_at(n);
+        let (w, g2) = rest.split_at(2 * t * n);
+        let (v, g1) = f1.split_at(2 * t * n);
         let y: Vec<u64> = xa
             .iter()
             .zip(xb)
             .map(|(a, b)| a.wrapping_add(*b) & km)
             .collect();
         let y1: Vec<u64> = y.iter().zip(y2).map(|(y, f)| (y ^ f) & km).collect();
-        let mut to_r0 = Vec::with_capacity(2 * n);
-        let mut to_r2 = Vec::with_capacity(2 * n);
-        // m_0 = ρ (choice 0: x_0 bit is 0), m_1 = y ⊕ ρ, bitwise.
-        for (j, wj, vj) in [(0u64, w0, v0), (1, w1, v1)] {
-            for (((y, r), wv), vv) in y.iter().zip(&rho).zip(wj).zip(vj) {
-                let m = ((y & j.wrapping_neg()) ^ r) & tm;
-                to_r0.push((m ^ wv) & tm);
-                to_r2.push((m ^ vv) & tm);
+        let mut to_r0 = Vec::with_capacity(2 * t * n);
+        let mut to_r2 = Vec::with_capacity(2 * t * n);
+        for j in 0..t {
+            // The OT's pad is the XOR of the two drawn components of [G]^B, so that
+            // neither needs a message: R0 lacks g_2 and R2 lacks g_1, so it is uniform
+            // to each.
+            let pads = j * n..(j + 1) * n;
+            let rho: Vec<u64> = g1[pads.clone()]
+                .iter()
+                .zip(&g2[pads])
+                .map(|(a, b)| a ^ b)
+                .collect();
+            // m_0 = ρ (choice 0: x_0 bit is 0), m_1 = y ⊕ ρ, bitwise.
+            for c in 0..2u64 {
+                let at = (2 * j + c as usize) * n..(2 * j + c as usize + 1) * n;
+                for (((y, r), wv), vv) in y.iter().zip(&rho).zip(&w[at.clone()]).zip(&v[at]) {
+                    let m = ((y & c.wrapping_neg()) ^ r) & tm;
+                    to_r0.push((m ^ wv) & tm);
+                    to_r2.push((m ^ vv) & tm);
+                }
             }
         }
         ctx.send(r0, &y1, width)?;
@@ -283,47 +347,47 @@ fn first_layer_send(
         ctx.send(r2, &to_r2, wt)?;
         Ok(FirstLayer::R1 {
             y1,
-            y2: y2.to_vec(),
-            g1: g1.iter().map(|v| v & tm).collect(),
-            g2: g2.iter().map(|v| v & tm).collect(),
+            y2: y2.iter().map(|v| v & km).collect(),
+            g1: low(g1),
+            g2: low(g2),
         })
     } else if me == r0 {
         // R0 holds (c_0, c_1): x_0 = c_0.
         let f1 = f1.ok_or_else(err)?;
-        let (v, g1) = f1.split_at(2 * n);
-        let (v0, v1) = v.split_at(n);
-        let x0: Vec<u64> = xa.iter().map(|v| v & km).collect();
-        let helper: Vec<u64> = x0
-            .iter()
-            .zip(v0)
-            .zip(v1)
-            .map(|((c, a), b)| select_bits(*c, *a, *b) & tm)
-            .collect();
+        let (v, g1) = f1.split_at(2 * t * n);
+        let x0s = shifted_x0(xa, thresholds, km);
+        let helper = helpers(&x0s, v, n, tm);
         ctx.send(r2, &helper, wt)?;
-        Ok(FirstLayer::R0 {
-            x0,
-            g1: g1.iter().map(|v| v & tm).collect(),
-        })
+        Ok(FirstLayer::R0 { x0s, g1: low(g1) })
     } else {
         // R2 holds (c_2, c_0): x_0 = c_0.
         let f2 = f2.ok_or_else(err)?;
         let (y2, rest) = f2.split_at(n);
-        let (w, g2) = rest.split_at(2 * n);
-        let (w0, w1) = w.split_at(n);
-        let x0: Vec<u64> = xb.iter().map(|v| v & km).collect();
-        let helper: Vec<u64> = x0
-            .iter()
-            .zip(w0)
-            .zip(w1)
-            .map(|((c, a), b)| select_bits(*c, *a, *b) & tm)
-            .collect();
+        let (w, g2) = rest.split_at(2 * t * n);
+        let x0s = shifted_x0(xb, thresholds, km);
+        let helper = helpers(&x0s, w, n, tm);
         ctx.send(r0, &helper, wt)?;
         Ok(FirstLayer::R2 {
-            x0,
-            y2: y2.to_vec(),
-            g2: g2.iter().map(|v| v & tm).collect(),
+            x0s,
+            y2: y2.iter().map(|v| v & km).collect(),
+            g2: low(g2),
         })
     }
+}
+
+/// A chooser's helper strings for the other chooser: per threshold and bit position, the
+/// mask (of the pair drawn with R1) of the offer its choice bit selects.
+fn helpers(x0s: &[u64], masks: &[u64], n: usize, tm: u64) -> Vec<u64> {
+    x0s.chunks(n.max(1))
+        .zip(masks.chunks(2 * n.max(1)))
+        .flat_map(|(x0, m)| {
+            let (m0, m1) = m.split_at(x0.len().min(m.len()));
+            x0.iter()
+                .zip(m0)
+                .zip(m1)
+                .map(move |((c, a), b)| select_bits(*c, *a, *b) & tm)
+        })
+        .collect()
 }
 
 /// Bitwise choice: bit i of the result is bit i of `one` where `c` has a 1, else of `zero`.
@@ -331,22 +395,30 @@ fn select_bits(c: u64, zero: u64, one: u64) -> u64 {
     (c & one) | (!c & zero)
 }
 
-/// The OT output both choosers compute: the string offered for each choice bit of `x0`
-/// (offered = [m_0 ⊕ mask_0 | m_1 ⊕ mask_1]), unmasked with the other chooser's helper.
-fn unmask_ot(x0: &[u64], offered: &[u64], helper: &[u64], mask: u64) -> Vec<u64> {
-    let (o0, o1) = offered.split_at(x0.len().min(offered.len()));
-    x0.iter()
-        .zip(o0)
-        .zip(o1)
-        .zip(helper)
-        .map(|(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & mask)
+/// The OT output both choosers compute, per threshold: the string offered for each choice
+/// bit of `x0s` (offered = [m_0 ⊕ mask_0 | m_1 ⊕ mask_1] per threshold), unmasked with
+/// the other chooser's helper.
+fn unmask_ot(x0s: &[u64], offered: &[u64], helper: &[u64], n: usize, mask: u64) -> Vec<u64> {
+    x0s.chunks(n.max(1))
+        .zip(offered.chunks(2 * n.max(1)))
+        .zip(helper.chunks(n.max(1)))
+        .flat_map(|((x0, o), h)| {
+            let (o0, o1) = o.split_at(x0.len().min(o.len()));
+            x0.iter()
+                .zip(o0)
+                .zip(o1)
+                .zip(h)
+                .map(move |(((c, a), b), h)| (select_bits(*c, *a, *b) ^ h) & mask)
+        })
         .collect()
 }
 
-/// Finishes one block: returns this party's shares of (generate bits G, propagate bits P).
+/// Finishes one block: returns this party's shares of (generate bits G, propagate bits P),
+/// threshold by threshold.
 async fn first_layer_finish(
     ctx: &mut Ctx,
     st: FirstLayer,
+    t: usize,
     width: Width,
 ) -> Result<(BitShares, BitShares), Error> {
     let me = ctx.me();
@@ -357,30 +429,30 @@ async fn first_layer_finish(
         FirstLayer::R1 { y1, y2, g1, g2 } => {
             // [x_0]^B has x_0 in component 0 only, which R1 does not hold: P = [y]^B.
             let g = BitShares::from_parts(me, width, g1, g2);
-            let p = BitShares::from_parts(me, width, y1, y2);
+            let p = BitShares::from_parts(me, width, repeated(&y1, t), repeated(&y2, t));
             Ok((g, p))
         }
-        FirstLayer::R0 { x0, g1 } => {
-            let n = x0.len();
+        FirstLayer::R0 { x0s, g1 } => {
+            let n = x0s.len() / t.max(1);
             let (r1, r2) = (me.next(), me.prev());
             let y1 = ctx.recv(r1, n, width).await?;
-            let offered = ctx.recv(r1, 2 * n, wt).await?;
-            let helper = ctx.recv(r2, n, wt).await?;
-            let g0 = unmask_ot(&x0, &offered, &helper, tm);
+            let offered = ctx.recv(r1, 2 * t * n, wt).await?;
+            let helper = ctx.recv(r2, t * n, wt).await?;
+            let g0 = unmask_ot(&x0s, &offered, &helper, n, tm);
             let g = BitShares::from_parts(me, width, g0, g1);
             // P = [y]^B ⊕ [x_0]^B: R0 holds (0 ⊕ x_0, y ⊕ F).
-            let p = BitShares::from_parts(me, width, x0, y1);
+            let p = BitShares::from_parts(me, width, x0s, repeated(&y1, t));
             Ok((g, p))
         }
-        FirstLayer::R2 { x0, y2, g2 } => {
-            let n = x0.len();
+        FirstLayer::R2 { x0s, y2, g2 } => {
+            let n = x0s.len() / t.max(1);
             let (r0, r1) = (me.next(), me.prev());
-            let offered = ctx.recv(r1, 2 * n, wt).await?;
-            let helper = ctx.recv(r0, n, wt).await?;
-            let g0 = unmask_ot(&x0, &offered, &helper, tm);
+            let offered = ctx.recv(r1, 2 * t * n, wt).await?;
+            let helper = ctx.recv(r0, t * n, wt).await?;
+            let g0 = unmask_ot(&x0s, &offered, &helper, n, tm);
             let g = BitShares::from_parts(me, width, g2, g0);
             // R2 holds (component 2, component 0) = (F, x_0).
-            let p = BitShares::from_parts(me, width, y2, x0);
+            let p = BitShares::from_parts(me, width, repeated(&y2, t), x0s);
             Ok((g, p))
         }
     }
@@ -388,11 +460,11 @@ async fn first_layer_finish(
 
 /// State of one role block in the two-round first layer ([`MsbForm::TwoRound`]).
 enum Exchange {
-    /// R0 knows x_0 and its draw g_1 with R1; it waits for y_1, then answers R2.
-    R0 { x0: Vec<u64>, g1: Vec<u64> },
-    /// R0 after its answer: its part masked, x_0, y_1 and g_1.
+    /// R0 knows x_0 − c_j and its draws g_1 with R1; it waits for y_1, then answers R2.
+    R0 { x0s: Vec<u64>, g1: Vec<u64> },
+    /// R0 after its answer: its parts masked, x_0 − c_j, y_1 and g_1.
     R0Sent {
-        x0: Vec<u64>,
+        x0s: Vec<u64>,
         y1: Vec<u64>,
         g1: Vec<u64>,
         masked: Vec<u64>,
@@ -404,36 +476,48 @@ enum Exchange {
         g1: Vec<u64>,
         g2: Vec<u64>,
     },
-    /// R2 has sent its part masked; it waits for R0's.
+    /// R2 has sent its parts masked; it waits for R0's.
     R2 {
-        x0: Vec<u64>,
+        x0s: Vec<u64>,
         y2: Vec<u64>,
         g2: Vec<u64>,
         masked: Vec<u64>,
     },
 }
 
-/// Round 1 of the two-round first layer: R1 inputs [y]^B, R2 sends R0 its part
-/// x_0 ∧ y_2 masked by g_2.
+/// `(x_0 − c_j) ∧ y_i ⊕ g_i` for every threshold, threshold by threshold: a chooser's part
+/// of the generate bits, masked by its draw with R1.
+fn masked_parts(x0s: &[u64], y: &[u64], g: &[u64], tm: u64) -> Vec<u64> {
+    x0s.chunks(y.len().max(1))
+        .flat_map(|x0| x0.iter().zip(y))
+        .zip(g)
+        .map(|((c, y), g)| ((c & y) ^ g) & tm)
+        .collect()
+}
+
+/// Round 1 of the two-round first layer: R1 inputs [y]^B, R2 sends R0 its parts
+/// (x_0 − c_j) ∧ y_2 masked by g_2.
 fn exchange_send(
     ctx: &mut Ctx,
     x: &Shares,
     range: core::ops::Range<usize>,
     s: usize,
+    thresholds: &[u64],
     width: Width,
 ) -> Result<Exchange, Error> {
     let me = ctx.me();
     let r0 = PartyId::from_index(s);
     let (r1, r2) = (r0.next(), r0.prev());
     let n = range.len();
+    let t = thresholds.len();
     let k = width.bits();
     let wt = low_width(k - 1)?; // generate bits cover positions 0..k−2
     let (km, tm) = (width.mask(), wt.mask());
     let (xa, xb) = x.block(range)?;
-    let f2 = ctx.pair_random(r2, 2 * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, [G]^B comp 2
-    let f1 = ctx.pair_random(r1, n)?; // K_{R1}: R0 and R1 — [G]^B comp 1
+    let f2 = ctx.pair_random(r2, n + t * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, [G]^B comp 2
+    let f1 = ctx.pair_random(r1, t * n)?; // K_{R1}: R0 and R1 — [G]^B comp 1
     let err = || Error::bug("comparison role lacks a key");
-    let masked_low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
+    let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
     if me == r1 {
         let f2 = f2.ok_or_else(err)?;
         let g1 = f1.ok_or_else(err)?;
@@ -448,62 +532,63 @@ fn exchange_send(
         Ok(Exchange::R1 {
             y1,
             y2: y2.iter().map(|v| v & km).collect(),
-            g1: masked_low(&g1),
-            g2: masked_low(g2),
+            g1: low(&g1),
+            g2: low(g2),
         })
     } else if me == r0 {
         // R0 holds (c_0, c_1): x_0 = c_0.
         let g1 = f1.ok_or_else(err)?;
         Ok(Exchange::R0 {
-            x0: xa.iter().map(|v| v & km).collect(),
-            g1: masked_low(&g1),
+            x0s: shifted_x0(xa, thresholds, km),
+            g1: low(&g1),
         })
     } else {
         // R2 holds (c_2, c_0): x_0 = c_0.
         let f2 = f2.ok_or_else(err)?;
         let (y2, g2) = f2.split_at(n);
-        let x0: Vec<u64> = xb.iter().map(|v| v & km).collect();
-        let masked: Vec<u64> = x0
-            .iter()
-            .zip(y2)
-            .zip(g2)
-            .map(|((c, y), g)| (c & y ^ g) & tm)
-            .collect();
+        let x0s = shifted_x0(xb, thresholds, km);
+        let masked = masked_parts(&x0s, y2, g2, tm);
         ctx.send(r0, &masked, wt)?;
         Ok(Exchange::R2 {
-            x0,
+            x0s,
             y2: y2.iter().map(|v| v & km).collect(),
-            g2: masked_low(g2),
+            g2: low(g2),
             masked,
         })
     }
 }
 
-/// Round 2 of the two-round first layer: R0 receives y_1 and sends R2 its part
-/// x_0 ∧ y_1 masked by g_1.
-async fn exchange_answer(ctx: &mut Ctx, st: Exchange, width: Width) -> Result<Exchange, Error> {
-    let Exchange::R0 { x0, g1 } = st else {
+/// Round 2 of the two-round first layer: R0 receives y_1 and sends R2 its parts
+/// (x_0 − c_j) ∧ y_1 masked by g_1.
+async fn exchange_answer(
+    ctx: &mut Ctx,
+    st: Exchange,
+    t: usize,
+    width: Width,
+) -> Result<Exchange, Error> {
+    let Exchange::R0 { x0s, g1 } = st else {
         return Ok(st);
     };
     let me = ctx.me();
     let wt = low_width(width.bits() - 1)?;
-    let tm = wt.mask();
-    let y1 = ctx.recv(me.next(), x0.len(), width).await?;
-    let masked: Vec<u64> = x0
-        .iter()
-        .zip(&y1)
-        .zip(&g1)
-        .map(|((c, y), g)| (c & y ^ g) & tm)
-        .collect();
+    let y1 = ctx.recv(me.next(), x0s.len() / t.max(1), width).await?;
+    let masked = masked_parts(&x0s, &y1, &g1, wt.mask());
     ctx.send(me.prev(), &masked, wt)?;
-    Ok(Exchange::R0Sent { x0, y1, g1, masked })
+    Ok(Exchange::R0Sent {
+        x0s,
+        y1,
+        g1,
+        masked,
+    })
 }
 
 /// Finishes one block of the two-round first layer: g_0 is the XOR of the two masked
-/// parts. Returns this party's shares of (generate bits G, propagate bits P).
+/// parts. Returns this party's shares of (generate bits G, propagate bits P), threshold by
+/// threshold.
 async fn exchange_finish(
     ctx: &mut Ctx,
     st: Exchange,
+    t: usize,
     width: Width,
 ) -> Result<(BitShares, BitShares), Error> {
     let me = ctx.me();
@@ -512,22 +597,32 @@ async fn exchange_finish(
     match st {
         Exchange::R1 { y1, y2, g1, g2 } => Ok((
             BitShares::from_parts(me, width, g1, g2),
-            BitShares::from_parts(me, width, y1, y2),
+            BitShares::from_parts(me, width, repeated(&y1, t), repeated(&y2, t)),
         )),
-        Exchange::R0Sent { x0, y1, g1, masked } => {
-            let other = ctx.recv(me.prev(), x0.len(), wt).await?;
+        Exchange::R0Sent {
+            x0s,
+            y1,
+            g1,
+            masked,
+        } => {
+            let other = ctx.recv(me.prev(), x0s.len(), wt).await?;
             let g0 = xor(&masked, &other);
             Ok((
                 BitShares::from_parts(me, width, g0, g1),
-                BitShares::from_parts(me, width, x0, y1),
+                BitShares::from_parts(me, width, x0s, repeated(&y1, t)),
             ))
         }
-        Exchange::R2 { x0, y2, g2, masked } => {
-            let other = ctx.recv(me.next(), x0.len(), wt).await?;
+        Exchange::R2 {
+            x0s,
+            y2,
+            g2,
+            masked,
+        } => {
+            let other = ctx.recv(me.next(), x0s.len(), wt).await?;
             let g0 = xor(&masked, &other);
             Ok((
                 BitShares::from_parts(me, width, g2, g0),
-                BitShares::from_parts(me, width, y2, x0),
+                BitShares::from_parts(me, width, repeated(&y2, t), x0s),
             ))
         }
         Exchange::R0 { .. } => Err(Error::bug("R0 finished before it answered")),
