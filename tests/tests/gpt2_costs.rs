@@ -140,7 +140,7 @@ fn base_shaped_block_and_forward_costs_are_pinned() {
     println!("one layer, V = 25, at the client: {:?}", one.kinds);
 
     // One block at base width, 32 tokens, per party.
-    assert_eq!(block, [13_014_160, 13_012_374, 13_016_962]);
+    assert_eq!(block, [12_492_008, 12_490_222, 12_494_810]);
     assert_eq!(block_epochs, 70);
     // Per-layer kinds of one block at the client (bytes, epochs).
     let kind = |c: &Cost, k: &str| c.kinds.iter().find(|e| e.0.name() == k).map(|e| (e.1, e.2));
@@ -150,9 +150,10 @@ fn base_shaped_block_and_forward_costs_are_pinned() {
         (b2 - b1, e2 - e1)
     };
     // Closed forms (bytes per party, exact here since every count is divisible by 24):
-    // the precise GeLU 1838 bits per element on 32 × 3072 (10 rounds, `gelu_chebyshev_into`
-    // reading its input in Z_2^46, with its powers in Z_2^61, its join in Z_2^33 lifted
-    // into the MLP's Z_2^56; `gelu_precise` takes 2764 and 10); the linear layers 264 bits
+    // the precise GeLU 1716 bits per element on 32 × 3072 (10 rounds, `gelu_chebyshev_into`
+    // reading its input in Z_2^46, its breakpoints in one two-round comparison, its powers
+    // in Z_2^61, its join in Z_2^33 lifted into the MLP's Z_2^56; `gelu_precise` takes
+    // 2700 and 10); the linear layers 264 bits
     // per output element with the truncation fused into the reshare (2 rounds each):
     // 32·(3·768 + 768) outputs, the scores, truncated into the minimax softmax's Z_2^49,
     // 189 bits on 12·32·32 (2 rounds), the MLP's first projection,
@@ -162,13 +163,13 @@ fn base_shaped_block_and_forward_costs_are_pinned() {
     // softmax 29 (Minimax negExp, its polynomial at 25 fractional
     // bits, its output at f + 4 bits for the row sums, its last square cut to 6 guard
     // bits and joined with its cut-off in Z_2^31, lifted, and the cut-off tested on x cut
-    // to 4 fractional bits in Z_2^18; rsqrt and the reciprocal by
+    // to 4 fractional bits in Z_2^18 with the two-round first layer; rsqrt and the reciprocal by
     // negative powers by segments in 6 rounds, and the row maxima compare keys cut to 4
     // fractional bits with the three-round `msb_masked`) with the product by V beside its
     // reciprocal
     // (`softmax_matmul_batch`: the same bytes as `softmax_rows_with` of 12 × 32 causal rows
     // with its final products moved to the 12·32·64 outputs, plus the product by V).
-    assert_eq!(per_block("gelu"), (1838 * 32 * 3072 / 24, 10));
+    assert_eq!(per_block("gelu"), (1716 * 32 * 3072 / 24, 10));
     assert_eq!(
         per_block("linear"),
         (
@@ -178,9 +179,9 @@ fn base_shaped_block_and_forward_costs_are_pinned() {
     );
     assert_eq!(per_block("attention matmul"), (189 * 12 * 32 * 32 / 24, 2));
     assert_eq!(per_block("layernorm"), (1_027_152, 22));
-    assert_eq!(per_block("softmax"), (2_428_480, 29));
+    assert_eq!(per_block("softmax"), (2_406_040, 29));
     // The whole base-shaped forward (the step's payload bytes per party and epochs, as
     // `gpt2_base` reports them).
-    assert_eq!(base, [156_963_975, 157_323_305, 156_977_711]);
+    assert_eq!(base, [150_698_151, 151_057_481, 150_711_887]);
     assert_eq!(base_epochs, 856);
 }
