@@ -727,7 +727,7 @@ fn gelu_precise_pinned_cost() {
 
 /// The Chebyshev GeLU against the exact forms: ≥ 10^5 points over [−16, 16], a dense grid
 /// on [−8, 8], both cuts ±1 ulp of the 4-bit comparison grid, and values out to the edges
-/// of the supported range (|x| < 8187.875). Max |err| ≤ 2e-4 (measured 1.24e-4 for `Erf`,
+/// of the supported range (|x| < 4091.875). Max |err| ≤ 2e-4 (measured 1.24e-4 for `Erf`,
 /// 8.8e-5 for `Tanh`);
 /// outside the polynomial's reach the output is exactly 0 (x < −4.125) or exactly x
 /// (x ≥ 4.1875). Rounds pinned.
@@ -747,11 +747,11 @@ fn gelu_chebyshev_accuracy() {
         }
     }
     for k in 0..400 {
-        let v = 16.0 * (8187.8f64 / 16.0).powf(k as f64 / 399.0);
+        let v = 16.0 * (4091.8f64 / 16.0).powf(k as f64 / 399.0);
         xs.push(fx.encode(v).unwrap());
         xs.push(fx.encode(-v).unwrap());
     }
-    for v in [8000.0, -8000.0, 8187.87, -8187.87] {
+    for v in [4000.0, -4000.0, 4091.87, -4091.87] {
         xs.push(fx.encode(v).unwrap());
     }
     for (form, exact) in [
@@ -781,12 +781,13 @@ fn gelu_chebyshev_accuracy() {
     }
 }
 
-/// The Chebyshev GeLU's exact cost: 1720 bits per element summed over the parties, i.e.
-/// 71⅔ bytes per element and party for n divisible by 24, in 10 rounds (the accounting
+/// The Chebyshev GeLU's exact cost: 1634 bits per element summed over the parties, i.e.
+/// 68 1⁄12 bytes per element and party for n divisible by 24, in 10 rounds (the accounting
 /// is in the `gelu_chebyshev` docs and in docs/PROTOCOLS.md, GeLU): the comparisons' first
-/// layer in two rounds beside the polynomial and y input once for both breakpoints (1842
-/// bits with the one-round layer and separate comparisons), the
-/// powers made in Z_2^61 and the final sum in Z_2^43, the join in Z_2^33 and its lift;
+/// layer in two rounds in Z_2^17 beside the polynomial, y input once for both breakpoints
+/// and the two-round B2A (1842 bits with separate one-round comparisons in Z_2^18 and
+/// the join in Z_2^33), the
+/// powers made in Z_2^61 and the final sum in Z_2^43, the join in Z_2^32 and its lift;
 /// `gelu_precise` takes 2700 bits and 10 rounds.
 #[test]
 fn gelu_chebyshev_pinned_cost() {
@@ -796,7 +797,7 @@ fn gelu_chebyshev_pinned_cost() {
             proto::gelu_chebyshev(&mut ctx, &x, form).await
         });
         assert_eq!(out.rounds(), 10);
-        let per_party = 1720 * n as u64 / 24;
+        let per_party = 1634 * n as u64 / 24;
         assert_eq!(out.payload_bytes(), [per_party; 3]);
     }
 }
@@ -822,7 +823,7 @@ fn gelu_chebyshev_refuses_unsupported_formats() {
 }
 
 /// GeLU lifted into Z_2^56 only, for the MLP's output projection summed in that ring:
-/// 1680 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
+/// 1594 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
 #[test]
 fn gelu_chebyshev_into_a_narrow_ring() {
     let fx = FixedPoint::default();
@@ -833,9 +834,9 @@ fn gelu_chebyshev_into_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1680 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1594 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
-    xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0]);
+    xs.extend_from_slice(&[-4091.8, 4091.8, -100.0, 100.0]);
     let raw = fx.encode_slice(&xs).unwrap();
     let (y, _) = run_on(61, raw.clone(), move |mut ctx, x| async move {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
@@ -849,7 +850,7 @@ fn gelu_chebyshev_into_a_narrow_ring() {
 
 /// GeLU from an input known mod 2^46 only (the MLP's first projection truncated into
 /// that ring, `gelu_chebyshev_input_bits(18)`), into Z_2^56: bits above 2^46 in the input
-/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1716
+/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1630
 /// bits (w's product summed in Z_2^46: 36 more than from Z_2^64, for 90 fewer in the
 /// producer's truncation).
 #[test]
@@ -866,9 +867,9 @@ fn gelu_chebyshev_from_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1716 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1630 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
-    xs.extend_from_slice(&[-8187.8, 8187.8, -100.0, 100.0, -4.125, 4.1874]);
+    xs.extend_from_slice(&[-4091.8, 4091.8, -100.0, 100.0, -4.125, 4.1874]);
     let raw = fx.encode_slice(&xs).unwrap();
     // Garbage above bit 46, as a truncation into Z_2^46 leaves it.
     let garbage = 0x2b5u64 << k;

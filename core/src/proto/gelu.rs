@@ -714,20 +714,23 @@ const GELU_POLY_ROUNDS: u32 = 8;
 /// (x cut locally).
 const CHEB_CMP_FRAC_BITS: u32 = 4;
 /// Ring width of [`gelu_chebyshev`]'s comparisons: the cut x (⌊16x⌋ − e, e ≤ 2) minus
-/// either breakpoint (−66 or 64 on that grid) must stay in [−2^17, 2^17), i.e.
-/// |x| < 8187.875.
-const CHEB_CMP_RING_BITS: u32 = 18;
-/// Bits above the f fractional bits of [`gelu_chebyshev`]'s join ring Z_2^(f+15): the
+/// either breakpoint (−66 or 64 on that grid) must stay in [−2^16, 2^16), i.e.
+/// |x| < 4091.875. 17 bits rather than 18 (|x| < 8187.875) take one tree level fewer,
+/// which lets both the two-round first layer and the two-round B2A fit beside the
+/// polynomial: 77 bits per element fewer, for a range still far beyond the activations
+/// of real models (`puma-layers` checks it in plaintext, `nn::range`).
+const CHEB_CMP_RING_BITS: u32 = 17;
+/// Bits above the f fractional bits of [`gelu_chebyshev`]'s join ring Z_2^(f+14): the
 /// bits, the polynomial piece and x are multiplied there and the sum lifted to Z_2^64,
-/// which needs the joined value (x itself above 4, |x| < 8187.875 < 2^13) within
-/// ±2^(f+13).
-const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
+/// which needs the joined value (x itself above 4, |x| < 4091.875 < 2^12) within
+/// ±2^(f+12).
+const CHEB_JOIN_HEADROOM_BITS: u32 = 14;
 
 /// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 64 % of [`gelu_precise`]'s bits and one round fewer: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
-/// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in an
-/// 18-bit ring. This crate's design (docs/PROTOCOLS.md, GeLU).
+/// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in a
+/// 17-bit ring. This crate's design (docs/PROTOCOLS.md, GeLU).
 ///
 /// The polynomial: from the shares w, T_2 = 2w² − 1 and Q = T_2·(T_2 + a·w), the final
 /// fused sum of products gives every polynomial
@@ -739,43 +742,43 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 15;
 /// shares stay within [−1, 1.9] and the k_i within [−0.2, 1.5], so 18 fractional bits
 /// suffice ([`gelu_precise`]'s monomial coefficients reach 77 and need 28).
 ///
-/// Schedule: branch A, b0 = `[x < −4 − 2^-3]`, b1 = `[x < 4]` in one batched MSB in
-/// Z_2^18 with its two-round first layer (7 rounds, [`super::MsbForm::TwoRound`]) on x
-/// cut to 4 fractional bits by a local shift of every component (a sharing of
-/// ⌊16x⌋ − e, e ∈ {0, 1, 2}): x ≥ −4 is never zeroed and x < −4.125 always is; x < 4
-/// always takes the polynomial and x ≥ 4.1875 never does, so the polynomial piece is only
-/// taken on [−4.125, 4.1875), where the fit holds. Then one B2A in its one-round form
-/// into the join ring Z_2^(f+15) (1): 8 rounds ([`BitsForm::within`]: the two-round
-/// first layer saves 68 bits per bit, the two-round B2A 33, and only one fits). Branch B: w = 13·x²/2^7 − 1
+/// Schedule: branch A, b0 = `[x < −4 − 2^-3]`, b1 = `[x < 4]` in one comparison with two
+/// thresholds in Z_2^17 with its two-round first layer (6 rounds,
+/// [`super::lt_thresholds_carry`], [`super::MsbForm::TwoRound`]) on x cut to 4 fractional
+/// bits by a local shift of every component (a sharing of ⌊16x⌋ − e, e ∈ {0, 1, 2}):
+/// x ≥ −4 is never zeroed and x < −4.125 always is; x < 4 always takes the polynomial and
+/// x ≥ 4.1875 never does, so the polynomial piece is only taken on [−4.125, 4.1875),
+/// where the fit holds. Then one B2A in its two-round form into the join ring
+/// Z_2^(f+14) (2): 8 rounds ([`BitsForm::within`]). Branch B: w = 13·x²/2^7 − 1
 /// (x·(13x) with the truncation by 25 fused into the reshare, 2), T_2 (2), Q (2), then the
 /// products Q·(k_5·w + k_6·T_2 + k_7·Q) and T_2·(k_4·w) as local cross terms, plus the
 /// linear part and x/2, at 2·18 + 20 = 56 fractional bits, reshared and truncated to f
 /// bits at once, into the join ring (2): 8 rounds. Join: (b1 − b0)·P + (1 − b1)·x, one
-/// fused sum of products in Z_2^(f+15), lifted to Z_2^64 (2; |x| < 2^13 keeps every joined
-/// value within the lift's ±2^(f+13)). The narrow join costs a round and saves 279 bits:
-/// the B2A's words, the final truncation's strings and word all shrink to 33 bits or
-/// fewer, and the lift costs 62 bits more than a reshare.
+/// fused sum of products in Z_2^(f+14), lifted to Z_2^64 (2; |x| < 2^12 keeps every joined
+/// value within the lift's ±2^(f+12)). The narrow join costs a round and saves 318 bits:
+/// the B2A's words, the final truncation's strings and word all shrink to 32 bits or
+/// fewer, and the lift costs 64 bits more than a reshare.
 ///
 /// **Error** (measured, tests/gelu_layernorm.rs, 140,587 points: [−16, 16] in steps of
-/// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±8187.8): max |err| vs the
+/// 5e-4, [−8, 8] in steps of 2^-12, the cuts, values out to ±4091.8): max |err| vs the
 /// exact form 1.24e-4 for `Erf` (bounded by the cut at ±4, 4·Φ(−4) = 1.27e-4; fit 6.2e-5)
 /// and 9.2e-5 for `Tanh` (fit 7.3e-5, cut 7e-5; the final sum's cut factors add at most
 /// 5.5e-6, `GELU_FINAL_CUT`). Outputs are exactly 0 for x < −4.125
-/// and exactly x for x ≥ 4.1875. **Range**: |x| < 8187.875 (the comparisons; 0.125
-/// narrower than [`gelu_precise`]'s |x| < 8188); powers of inputs outside
+/// and exactly x for x ≥ 4.1875. **Range**: |x| < 4091.875 (the comparisons in Z_2^17;
+/// [`gelu_precise`]'s is |x| < 8188); powers of inputs outside
 /// [−4.125, 4.1875) may wrap the ring, harmlessly, since their selector is exactly 0.
 ///
-/// Rounds: 10. Bits per element, summed over the parties (f = 18): 248 (the two
-/// comparisons at 18 bits with the two-round first layer, y input once: 18 + 2·(34 + 81)),
-/// 2·132 (one-round B2A into Z_2^33), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
+/// Rounds: 10. Bits per element, summed over the parties (f = 18): 237 (the two
+/// comparisons at 17 bits with the two-round first layer, y input once: 17 + 2·(32 + 78)),
+/// 2·96 (two-round B2A into Z_2^32), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
 /// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
 /// (`GELU_POWER_RING_BITS`), the final fused products, their second factors and the
-/// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^33
-/// (2·43 + 33 + 4·10 = 159) and the join's lift (2·33 + 64 + 4·31 = 254): **1720** (1842
-/// with two separate one-round comparisons and the two-round B2A, 1905 with the powers
-/// and the final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9 rounds;
-/// 2700 for [`gelu_precise`]); **Bytes**: 1720·n/24 per party = 71⅔ per element (exact
-/// for n divisible by 24).
+/// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^32
+/// (2·43 + 32 + 4·9 = 154) and the join's lift (2·32 + 64 + 4·32 = 256): **1634** (1842
+/// with two separate one-round comparisons in Z_2^18 and the join in Z_2^33, 1905 with
+/// the powers and the final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9
+/// rounds; 2700 for [`gelu_precise`]); **Bytes**: 1634·n/24 per party = 68 1⁄12 per
+/// element (exact for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -787,7 +790,7 @@ pub async fn gelu_chebyshev(ctx: &mut Ctx, x: &Shares, form: GeluForm) -> Result
 /// The narrowest ring, 2f + 10 bits, in which [`gelu_chebyshev_into`] accepts its input at
 /// f fractional bits: x·(13x) at 2f bits stays below 2^(2f+8) wherever the polynomial
 /// piece is taken (|x| < 4.1875), and that product is the only use of x that needs more
-/// than its comparisons' f + 14 bits or the join's f + 15.
+/// than its comparisons' f + 13 bits or the join's f + 14.
 pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
     2 * f + 10
 }
@@ -801,12 +804,12 @@ pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
 /// [`gelu_chebyshev`] with w's product summed in Z_2^k (2k + 61 + 4·(86 − k) instead of
-/// 277) and the lift at 2·33 + m + 4·(m − 33): 1680 for k = 64 and m = 56, 1716 for
+/// 277) and the lift at 2·32 + m + 4·(m − 32): 1594 for k = 64 and m = 56, 1630 for
 /// k = 46 ([`gelu_chebyshev_input_bits`] at f = 18) and m = 56.
 ///
 /// # Errors
 /// As [`gelu_chebyshev`], and `Misuse` unless 2f + 10 ≤ k and m is above the join ring's
-/// f + 15 bits.
+/// f + 14 bits.
 pub async fn gelu_chebyshev_into(
     ctx: &mut Ctx,
     x: &Shares,
@@ -853,8 +856,8 @@ pub async fn gelu_chebyshev_into(
 
     let (mut ca, mut cbx) = (ctx.fork(), ctx.fork());
     let shifted = shift_components(x, cut);
-    // The join's narrow ring: |x| < 8187.875 < 2^13 keeps every joined value, x itself
-    // where it is taken, within ±2^(f+13) = ±2^(k−2).
+    // The join's narrow ring: |x| < 4091.875 < 2^12 keeps every joined value, x itself
+    // where it is taken, within ±2^(f+12) = ±2^(k−2).
     let ring = Width::new(f + CHEB_JOIN_HEADROOM_BITS).ok_or(Error::bug("join ring"))?;
     // The bits take the cheapest form that is ready when the polynomial is.
     let bits_form = BitsForm::within(GELU_POLY_ROUNDS, width.bits(), ring.bits());

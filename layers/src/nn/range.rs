@@ -171,7 +171,7 @@ impl ActivationPeaks {
         let (act_limit, act) = match (spec.activation, settings.silu) {
             (Activation::Silu, SiluApprox::Precise) => (4095.875, "Precise SiLU"),
             (Activation::Silu, SiluApprox::Piecewise) => (8186.0, "SiLU"),
-            (Activation::Gelu(_), _) => (8187.875, "GeLU"),
+            (Activation::Gelu(_), _) => (4091.875, "GeLU"),
         };
         // A product's raw value must stay below 2^62: 2^(62 − 2f) in real terms. In the
         // order of the dataflow, so that the first range left is named.
