@@ -749,7 +749,7 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 14;
 /// x ≥ −4 is never zeroed and x < −4.125 always is; x < 4 always takes the polynomial and
 /// x ≥ 4.1875 never does, so the polynomial piece is only taken on [−4.125, 4.1875),
 /// where the fit holds. Then one B2A in its two-round form into the join ring
-/// Z_2^(f+14) (2): 8 rounds ([`BitsForm::within`]). Branch B: w = 13·x²/2^7 − 1
+/// Z_2^(f+14) (2): 8 rounds (`BitsForm::within`, in this module). Branch B: w = 13·x²/2^7 − 1
 /// (x·(13x) with the truncation by 25 fused into the reshare, 2), T_2 (2), Q (2), then the
 /// products Q·(k_5·w + k_6·T_2 + k_7·Q) and T_2·(k_4·w) as local cross terms, plus the
 /// linear part and x/2, at 2·18 + 20 = 56 fractional bits, reshared and truncated to f
