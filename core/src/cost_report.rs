@@ -471,36 +471,32 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
             }),
         )?;
     }
-    for k in [64u32, 40, 32, 16] {
+    let one = proto::MsbForm::OneRound;
+    let two = proto::MsbForm::TwoRound;
+    for (k, form) in [
+        (64u32, one),
+        (40, one),
+        (32, one),
+        (16, one),
+        (64, two),
+        (18, two),
+    ] {
         // |X| < 2^(k−2) raw: inside Z_2^k's signed range.
         let v: Vec<u64> = raw_log(n, 0, k - 2, 5)
             .into_iter()
             .zip(bits(n, 6))
             .map(|(x, s)| if s == 1 { x.wrapping_neg() } else { x })
             .collect();
+        let name = match form {
+            proto::MsbForm::OneRound => format!("msb, k = {k}"),
+            proto::MsbForm::TwoRound => format!("msb_with(MsbForm::TwoRound), k = {k}"),
+        };
         t.row(
-            format!("msb, k = {k}"),
+            name,
             "element",
             n,
             measure(move |mut c, me| {
                 let v = v.clone();
-                async move { proto::msb(&mut c, &shares(me, &v), width(k)?).await }
-            }),
-        )?;
-    }
-    for k in [64u32, 18] {
-        let v: Vec<u64> = raw_log(n, 0, k - 2, 5)
-            .into_iter()
-            .zip(bits(n, 6))
-            .map(|(x, s)| if s == 1 { x.wrapping_neg() } else { x })
-            .collect();
-        t.row(
-            format!("msb_with(MsbForm::TwoRound), k = {k}"),
-            "element",
-            n,
-            measure(move |mut c, me| {
-                let v = v.clone();
-                let form = proto::MsbForm::TwoRound;
                 async move { proto::msb_with(&mut c, &shares(me, &v), width(k)?, form).await }
             }),
         )?;

@@ -247,6 +247,58 @@ async fn carry_tree(
     Ok(g.map_linear(Width::BIT, |v| v & 1))
 }
 
+/// One role block's parties and sizes, the same for both first layers.
+struct Roles {
+    me: PartyId,
+    r0: PartyId,
+    r1: PartyId,
+    r2: PartyId,
+    /// Elements in the block.
+    n: usize,
+    /// Thresholds.
+    t: usize,
+    /// Width of the generate bits: positions 0..k−2.
+    wt: Width,
+    km: u64,
+    tm: u64,
+}
+
+impl Roles {
+    /// The roles of block `s` (R0 = `P_s`) over `range`.
+    fn of(
+        ctx: &Ctx,
+        range: &core::ops::Range<usize>,
+        s: usize,
+        thresholds: &[u64],
+        width: Width,
+    ) -> Result<Roles, Error> {
+        let r0 = PartyId::from_index(s);
+        let wt = low_width(width.bits() - 1)?;
+        Ok(Roles {
+            me: ctx.me(),
+            r0,
+            r1: r0.next(),
+            r2: r0.prev(),
+            n: range.len(),
+            t: thresholds.len(),
+            wt,
+            km: width.mask(),
+            tm: wt.mask(),
+        })
+    }
+}
+
+/// R1's y = x_1 + x_2 mod 2^k and its input component y_1 = y ⊕ y_2 for R0.
+fn input_y(xa: &[u64], xb: &[u64], y2: &[u64], km: u64) -> (Vec<u64>, Vec<u64>) {
+    let y: Vec<u64> = xa
+        .iter()
+        .zip(xb)
+        .map(|(a, b)| a.wrapping_add(*b) & km)
+        .collect();
+    let y1 = y.iter().zip(y2).map(|(y, f)| (y ^ f) & km).collect();
+    (y, y1)
+}
+
 /// x_0 − c_j mod 2^k for every threshold c_j, threshold by threshold.
 fn shifted_x0(x0: &[u64], thresholds: &[u64], km: u64) -> Vec<u64> {
     thresholds
@@ -293,15 +345,18 @@ fn first_layer_send(
     thresholds: &[u64],
     width: Width,
 ) -> Result<FirstLayer, Error> {
-    let me = ctx.me();
-    let r0 = PartyId::from_index(s);
-    let (r1, r2) = (r0.next(), r0.prev());
-    let n = range.len();
-    let t = thresholds.len();
-    let k = width.bits();
-    let wt = low_width(k - 1)?; // OT strings cover positions 0..k−2
-    let (km, tm) = (width.mask(), wt.mask());
-    let (xa, xb) = x.block(range.clone())?;
+    let Roles {
+        me,
+        r0,
+        r1,
+        r2,
+        n,
+        t,
+        wt,
+        km,
+        tm,
+    } = Roles::of(ctx, &range, s, thresholds, width)?;
+    let (xa, xb) = x.block(range)?;
     let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
     // Correlated draws, in the same order at every party. Per threshold: the OT masks
     // w_0, w_1 (R1 and R2) and v_0, v_1 (R0 and R1), and [G]^B's components 1 and 2.
@@ -314,12 +369,7 @@ fn first_layer_send(
         let (y2, rest) = f2.split_at(n);
         let (w, g2) = rest.split_at(2 * t * n);
         let (v, g1) = f1.split_at(2 * t * n);
-        let y: Vec<u64> = xa
-            .iter()
-            .zip(xb)
-            .map(|(a, b)| a.wrapping_add(*b) & km)
-            .collect();
-        let y1: Vec<u64> = y.iter().zip(y2).map(|(y, f)| (y ^ f) & km).collect();
+        let (y, y1) = input_y(xa, xb, y2, km);
         let mut to_r0 = Vec::with_capacity(2 * t * n);
         let mut to_r2 = Vec::with_capacity(2 * t * n);
         for j in 0..t {
@@ -505,14 +555,17 @@ fn exchange_send(
     thresholds: &[u64],
     width: Width,
 ) -> Result<Exchange, Error> {
-    let me = ctx.me();
-    let r0 = PartyId::from_index(s);
-    let (r1, r2) = (r0.next(), r0.prev());
-    let n = range.len();
-    let t = thresholds.len();
-    let k = width.bits();
-    let wt = low_width(k - 1)?; // generate bits cover positions 0..k−2
-    let (km, tm) = (width.mask(), wt.mask());
+    let Roles {
+        me,
+        r0,
+        r1,
+        r2,
+        n,
+        t,
+        wt,
+        km,
+        tm,
+    } = Roles::of(ctx, &range, s, thresholds, width)?;
     let (xa, xb) = x.block(range)?;
     let f2 = ctx.pair_random(r2, n + t * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, [G]^B comp 2
     let f1 = ctx.pair_random(r1, t * n)?; // K_{R1}: R0 and R1 — [G]^B comp 1
@@ -522,12 +575,7 @@ fn exchange_send(
         let f2 = f2.ok_or_else(err)?;
         let g1 = f1.ok_or_else(err)?;
         let (y2, g2) = f2.split_at(n);
-        let y1: Vec<u64> = xa
-            .iter()
-            .zip(xb)
-            .zip(y2)
-            .map(|((a, b), f)| (a.wrapping_add(*b) ^ f) & km)
-            .collect();
+        let (_, y1) = input_y(xa, xb, y2, km);
         ctx.send(r0, &y1, width)?;
         Ok(Exchange::R1 {
             y1,
