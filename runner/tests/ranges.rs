@@ -229,3 +229,67 @@ fn rotated_queries_and_mlp_products_have_ranges_of_their_own() {
     assert!(v.value >= 256.0, "{v}");
     assert_eq!(v.protocol, "Fused truncation");
 }
+
+#[test]
+fn a_gelu_input_past_its_range_is_refused_naming_the_gelu() {
+    use puma_layers::nn::DecoderArch;
+    let model = load_model(Path::new(DEFAULT_MODEL_DIR)).unwrap();
+    let (fx, settings) = (FixedPoint::default(), SecureSettings::default());
+    let ids = calibration_ids(model.config.vocab_size, model.config.n_positions);
+    let base = model
+        .config
+        .activation_peaks(&Arc::new(model.weights.clone()), &ids)
+        .unwrap()
+        .expect("peaks");
+    assert!(
+        base.activation > 0.0 && base.activation < 4091.875,
+        "{base:?}"
+    );
+    // The MLP's first projection scaled up and its second scaled down by the same factor:
+    // the GeLU's inputs leave its range (|x| < 4091.875 for the comparisons in Z_2^17,
+    // docs/PROTOCOLS.md, GeLU) while the residual stream and the products stay in theirs,
+    // so the check must name the GeLU and not a later symptom.
+    let factor = 5000.0 / base.activation;
+    let mut scaled = model;
+    for block in &mut scaled.weights.blocks {
+        block.fc_w *= factor;
+        block.fc_b *= factor;
+        block.fc_proj_w /= factor;
+    }
+    let weights = Arc::new(scaled.weights.clone());
+    assert_eq!(
+        decoder_range_violation(&scaled.config, &*weights, fx).unwrap(),
+        None
+    );
+    let v = decoder_range_check(&scaled.config, &weights, &settings, fx)
+        .unwrap()
+        .expect("a violation");
+    assert_eq!(v.tensor, "MLP activation inputs on the calibration input");
+    assert_eq!(v.protocol, "GeLU");
+    assert_eq!(v.limit, 4091.875);
+    // The peak the plaintext model reaches (above 5000: the later blocks see a slightly
+    // different residual stream, since GeLU(s·z)/s is not GeLU(z)).
+    let peak = scaled
+        .config
+        .activation_peaks(&weights, &ids)
+        .unwrap()
+        .expect("peaks")
+        .activation;
+    assert!(peak >= 5000.0 * (1.0 - 1e-9), "{peak}");
+    assert_eq!(v.value, peak);
+    // Just inside the range passes.
+    let inside = puma_layers::nn::ActivationPeaks {
+        activation: 4091.8,
+        ..base
+    };
+    let spec = scaled.config.spec().unwrap();
+    assert_eq!(inside.violation(&spec, &settings, fx), None);
+    // The secure run refuses before anything is shared, naming the GeLU.
+    let err = run_secure(scaled, &[464, 2068], &RunOptions::default(), None).unwrap_err();
+    assert!(matches!(err, Gpt2Error::Run(RunError::Range(_))), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("GeLU") && text.contains("MLP activation inputs"),
+        "{text}"
+    );
+}

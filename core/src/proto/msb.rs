@@ -307,6 +307,12 @@ fn shifted_x0(x0: &[u64], thresholds: &[u64], km: u64) -> Vec<u64> {
         .collect()
 }
 
+/// `v`'s words masked to `mask` (the low k bits of y, or the low k − 1 that the carry
+/// tree's generate bits keep).
+fn low_bits(v: &[u64], mask: u64) -> Vec<u64> {
+    v.iter().map(|w| w & mask).collect()
+}
+
 /// `v` repeated `t` times (y's components, the same for every threshold).
 fn repeated(v: &[u64], t: usize) -> Vec<u64> {
     let mut out = Vec::with_capacity(v.len() * t);
@@ -357,7 +363,6 @@ fn first_layer_send(
         tm,
     } = Roles::of(ctx, &range, s, thresholds, width)?;
     let (xa, xb) = x.block(range)?;
-    let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
     // Correlated draws, in the same order at every party. Per threshold: the OT masks
     // w_0, w_1 (R1 and R2) and v_0, v_1 (R0 and R1), and [G]^B's components 1 and 2.
     let f2 = ctx.pair_random(r2, n + 3 * t * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, w, g_2
@@ -397,9 +402,9 @@ fn first_layer_send(
         ctx.send(r2, &to_r2, wt)?;
         Ok(FirstLayer::R1 {
             y1,
-            y2: y2.iter().map(|v| v & km).collect(),
-            g1: low(g1),
-            g2: low(g2),
+            y2: low_bits(y2, km),
+            g1: low_bits(g1, tm),
+            g2: low_bits(g2, tm),
         })
     } else if me == r0 {
         // R0 holds (c_0, c_1): x_0 = c_0.
@@ -408,7 +413,10 @@ fn first_layer_send(
         let x0s = shifted_x0(xa, thresholds, km);
         let helper = helpers(&x0s, v, n, tm);
         ctx.send(r2, &helper, wt)?;
-        Ok(FirstLayer::R0 { x0s, g1: low(g1) })
+        Ok(FirstLayer::R0 {
+            x0s,
+            g1: low_bits(g1, tm),
+        })
     } else {
         // R2 holds (c_2, c_0): x_0 = c_0.
         let f2 = f2.ok_or_else(err)?;
@@ -419,8 +427,8 @@ fn first_layer_send(
         ctx.send(r0, &helper, wt)?;
         Ok(FirstLayer::R2 {
             x0s,
-            y2: y2.iter().map(|v| v & km).collect(),
-            g2: low(g2),
+            y2: low_bits(y2, km),
+            g2: low_bits(g2, tm),
         })
     }
 }
@@ -570,7 +578,6 @@ fn exchange_send(
     let f2 = ctx.pair_random(r2, n + t * n)?; // K_{R2}: R1 and R2 — [y]^B comp 2, [G]^B comp 2
     let f1 = ctx.pair_random(r1, t * n)?; // K_{R1}: R0 and R1 — [G]^B comp 1
     let err = || Error::bug("comparison role lacks a key");
-    let low = |v: &[u64]| -> Vec<u64> { v.iter().map(|w| w & tm).collect() };
     if me == r1 {
         let f2 = f2.ok_or_else(err)?;
         let g1 = f1.ok_or_else(err)?;
@@ -579,16 +586,16 @@ fn exchange_send(
         ctx.send(r0, &y1, width)?;
         Ok(Exchange::R1 {
             y1,
-            y2: y2.iter().map(|v| v & km).collect(),
-            g1: low(&g1),
-            g2: low(g2),
+            y2: low_bits(y2, km),
+            g1: low_bits(&g1, tm),
+            g2: low_bits(g2, tm),
         })
     } else if me == r0 {
         // R0 holds (c_0, c_1): x_0 = c_0.
         let g1 = f1.ok_or_else(err)?;
         Ok(Exchange::R0 {
             x0s: shifted_x0(xa, thresholds, km),
-            g1: low(&g1),
+            g1: low_bits(&g1, tm),
         })
     } else {
         // R2 holds (c_2, c_0): x_0 = c_0.
@@ -599,8 +606,8 @@ fn exchange_send(
         ctx.send(r0, &masked, wt)?;
         Ok(Exchange::R2 {
             x0s,
-            y2: y2.iter().map(|v| v & km).collect(),
-            g2: low(g2),
+            y2: low_bits(y2, km),
+            g2: low_bits(g2, tm),
             masked,
         })
     }
