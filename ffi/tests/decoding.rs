@@ -334,6 +334,11 @@ fn sampling_and_stop_rules_through_the_c_api() {
                 o.temperature = -0.5;
                 o
             }),
+            ("temperature NaN", {
+                let mut o = options(2, PUMA_OUTPUT_SECURE_ARGMAX);
+                o.temperature = f64::NAN;
+                o
+            }),
             ("eos id = vocab", {
                 let mut o = options(2, PUMA_OUTPUT_SECURE_ARGMAX);
                 o.eos_ids = bad_eos.as_ptr();
@@ -450,7 +455,7 @@ fn sampling_and_stop_rules_through_the_c_api() {
             };
             assert_eq!(*st, want_st, "P{i}: {what}");
         }
-        assert_eq!(bad.len(), if client { 9 } else { 8 });
+        assert_eq!(bad.len(), if client { 10 } else { 9 });
         // The client's token callback saw each id as it came, in order; never at the
         // other parties (and never in private mode, where ids come at the end).
         let want_streams: Vec<Vec<(usize, u32)>> = if client {

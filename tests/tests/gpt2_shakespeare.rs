@@ -207,8 +207,12 @@ fn corpus_drafts_halve_the_rounds_per_generated_token() {
         ..base.clone()
     };
     let model = || load_model(Path::new(DEFAULT_MODEL_DIR)).unwrap();
-    let (mut greedy_rounds, mut spec_rounds) = (0, 0);
-    for (p, (prompt, want)) in prompts.iter().enumerate() {
+    // The secure runs on the first two prompts (the plaintext step counts above cover all
+    // four): a speculative step verifies five positions, so these runs are among the
+    // suite's longest; greedy ids on every prompt are the fidelity test's to check.
+    let secure = &prompts[..2];
+    let (mut greedy_rounds, mut spec_rounds, mut tokens) = (0, 0, 0);
+    for (p, (prompt, want)) in secure.iter().enumerate() {
         let fast = run_secure(model(), prompt, &spec, None).unwrap();
         assert_eq!(fast.secure_ids, *want, "p{}: with corpus drafts", p + 1);
         assert_eq!(fast.costs[0].steps.len(), want_steps[p], "p{}", p + 1);
@@ -216,10 +220,12 @@ fn corpus_drafts_halve_the_rounds_per_generated_token() {
         assert_eq!(greedy.secure_ids, *want, "p{}: greedy", p + 1);
         greedy_rounds += generation_rounds(&greedy);
         spec_rounds += generation_rounds(&fast);
+        tokens += want.len();
     }
+    assert_eq!(tokens, 40);
     let (g, f) = (
-        f64::from(greedy_rounds) / 80.0,
-        f64::from(spec_rounds) / 80.0,
+        f64::from(greedy_rounds) / tokens as f64,
+        f64::from(spec_rounds) / tokens as f64,
     );
     println!(
         "rounds per generated token: greedy {g:.1}, with 4 corpus drafts per step {f:.1} ({:.2}x fewer)",
