@@ -14,6 +14,22 @@ use puma_layers::nn::{
 use puma_runner::decoder::{RunError, RunOptions};
 use puma_runner::gpt2::{DEFAULT_MODEL_DIR, Gpt2Error, load_model, run_secure};
 
+/// The violation the owner's calibration pass finds in GPT-2 `weights` whose tensors are
+/// each within range (asserted): the case only running the plaintext model can catch.
+fn found_by_calibration(
+    config: &puma_layers::gpt2::config::Gpt2Config,
+    weights: &Arc<puma_layers::gpt2::weights::Gpt2Weights>,
+) -> puma_layers::nn::RangeError {
+    let (fx, settings) = (FixedPoint::default(), SecureSettings::default());
+    assert_eq!(
+        decoder_range_violation(config, &**weights, fx).unwrap(),
+        None
+    );
+    decoder_range_check(config, weights, &settings, fx)
+        .unwrap()
+        .expect("a violation")
+}
+
 #[test]
 fn a_scaled_final_layernorm_is_refused_naming_ln_f() {
     let model = load_model(Path::new(DEFAULT_MODEL_DIR)).unwrap();
@@ -109,13 +125,7 @@ fn an_embedding_that_overflows_the_residual_stream_is_found_by_calibration() {
     let mut scaled = model;
     scaled.weights.wte *= 1e5;
     let weights = Arc::new(scaled.weights.clone());
-    assert_eq!(
-        decoder_range_violation(&scaled.config, &*weights, fx).unwrap(),
-        None
-    );
-    let v = decoder_range_check(&scaled.config, &weights, &settings, fx)
-        .unwrap()
-        .expect("a violation");
+    let v = found_by_calibration(&scaled.config, &weights);
     assert!(v.tensor.starts_with("norm inputs"), "{v}");
     assert_eq!(v.protocol, "LayerNorm");
     assert!(v.value >= 8192.0, "{v}");
@@ -257,13 +267,7 @@ fn a_gelu_input_past_its_range_is_refused_naming_the_gelu() {
         block.fc_proj_w /= factor;
     }
     let weights = Arc::new(scaled.weights.clone());
-    assert_eq!(
-        decoder_range_violation(&scaled.config, &*weights, fx).unwrap(),
-        None
-    );
-    let v = decoder_range_check(&scaled.config, &weights, &settings, fx)
-        .unwrap()
-        .expect("a violation");
+    let v = found_by_calibration(&scaled.config, &weights);
     assert_eq!(v.tensor, "MLP activation inputs on the calibration input");
     assert_eq!(v.protocol, "GeLU");
     assert_eq!(v.limit, 4091.875);
