@@ -815,7 +815,8 @@ pub async fn encode_batch(
     let act = Activation::from(cfg.activation);
     for (l, layer) in model.layers.iter().enumerate() {
         let a0 = ctx.meter();
-        let qkv = layer.qkv.forward(ctx, &x, n).await?;
+        let qkv = layer.qkv.summands(ctx, &x, n).await?;
+        let qkv = attention::finish_qkv_rows(ctx, qkv, n, d).await?;
         costs.add(LayerKind::Linear, a0, ctx.meter());
         let ctxv =
             attention::bidirectional(ctx, heads, &qkv, &lens, settings.softmax_exp, costs).await?;

@@ -11,7 +11,7 @@
 //! reciprocal (`proto::softmax_matmul_batch`), so that product costs no round of its own.
 
 use puma_core::proto::ExpApprox;
-use puma_core::{Ctx, Error, Shares, Width, proto};
+use puma_core::{Ctx, Error, Shares, Summands, Width, proto};
 
 use super::cost::{LayerCosts, LayerKind};
 
@@ -120,10 +120,10 @@ async fn attend(
     Ok(out)
 }
 
-/// The attention scores Q·Kᵀ for `batches` problems at f fractional bits, truncated into
-/// the ring the softmax reads them in (`proto::softmax_input_bits`: Z_2^49 at f = 18 with
-/// the minimax exponential): 189 bits per score instead of 264, the wrap of a truncation
-/// by f from Z_2^64 into Z_2^(64 − f + 3) costing 3-bit strings only.
+/// The attention scores Q·Kᵀ for `batches` problems at f fractional bits, read in
+/// Z_2^(32+f) ([`qk_ring_bits`]: queries and keys need only be known there) and truncated
+/// into the ring the softmax reads them in (`proto::softmax_input_bits`: Z_2^49 at f = 18
+/// with the minimax exponential): 217 bits per score (docs/PROTOCOLS.md, Matrix product).
 async fn scores(
     ctx: &mut Ctx,
     q: &Shares,
@@ -134,8 +134,64 @@ async fn scores(
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
     let ring = Width::new(proto::softmax_input_bits(f, exp)).ok_or(Error::bug("scores ring"))?;
+    // The scores stay below 2^(SOFTMAX_RING_BITS − 2 − f) (the range check enforces it), so
+    // their products at 2f fractional bits are below 2^(SOFTMAX_RING_BITS − 2 + f): read
+    // mod 2^(SOFTMAX_RING_BITS + f), queries and keys need only be known mod that much.
+    let input = Width::new(qk_ring_bits(f)).ok_or(Error::bug("scores input ring"))?;
     let s = proto::matmul_batch_summands(ctx, q, kt, batches, dims).await?;
-    proto::reshare_trunc_summands(ctx, s, Width::W64, f, ring).await
+    proto::reshare_trunc_summands(ctx, s, input, f, ring).await
+}
+
+/// The ring queries and keys are needed in, in bits: the scores' products at 2f
+/// fractional bits are read mod 2^(32 + f), which holds every score within the softmax's
+/// range (|s| < 2^(SOFTMAX_RING_BITS − 2 − f) = 4096 at f = 18).
+pub(crate) fn qk_ring_bits(f: u32) -> u32 {
+    (proto::SOFTMAX_RING_BITS + f).min(64)
+}
+
+/// An encoder's `[q | k | v]` projection finished from its summands (`n` rows of `3·d`):
+/// the values truncated by f into Z_2^64, queries and keys into the narrower ring the
+/// scores read them in ([`qk_ring_bits`]), in the same two rounds. Same layout as the
+/// summands.
+///
+/// # Errors
+/// `Misuse` if the summands are not `n × 3d`; `Protocol` on a malformed message.
+pub(crate) async fn finish_qkv_rows(
+    ctx: &mut Ctx,
+    s: Summands,
+    n: usize,
+    d: usize,
+) -> Result<Shares, Error> {
+    if n.checked_mul(3 * d) != Some(s.len()) {
+        return Err(Error::misuse("qkv summands do not match the rows"));
+    }
+    let f = ctx.fixed().frac_bits();
+    let qk_ring = Width::new(qk_ring_bits(f)).ok_or(Error::bug("query ring"))?;
+    let qk_idx: Vec<usize> = (0..n).flat_map(|r| r * 3 * d..r * 3 * d + 2 * d).collect();
+    let v_idx: Vec<usize> = (0..n)
+        .flat_map(|r| r * 3 * d + 2 * d..(r + 1) * 3 * d)
+        .collect();
+    let (qks, vs) = (s.gather(&qk_idx)?, s.gather(&v_idx)?);
+    drop(s);
+    let (mut cqk, mut cv) = (ctx.fork(), ctx.fork());
+    let (qk, v) = puma_core::try_join(
+        proto::reshare_trunc_summands(&mut cqk, qks, Width::W64, f, qk_ring),
+        proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
+    )
+    .await?;
+    // Back to rows of [q | k | v]: element j of row r is qk[2dr + j] or v[dr + j − 2d].
+    let back: Vec<usize> = (0..n)
+        .flat_map(|r| {
+            (0..3 * d).map(move |j| {
+                if j < 2 * d {
+                    2 * d * r + j
+                } else {
+                    2 * d * n + d * r + j - 2 * d
+                }
+            })
+        })
+        .collect();
+    Shares::concat(&[&qk, &v])?.gather(&back)
 }
 
 /// Where each of back-to-back runs of lengths `lens` starts.

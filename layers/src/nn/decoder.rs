@@ -796,12 +796,20 @@ impl Block {
         let f = ctx.fixed().frac_bits();
         let (q, k, v) = match spec.positions {
             Positions::Learned => {
-                let qkv = blk.qkv.forward(ctx, &a, rows).await?;
-                (
-                    qkv.gather(&layout.q_idx)?,
-                    qkv.gather(&layout.k_idx)?,
-                    qkv.gather(&layout.v_idx)?,
+                let s = blk.qkv.summands(ctx, &a, rows).await?;
+                let vs = s.gather(&layout.v_idx)?;
+                let qk = Summands::concat(&[&s.gather(&layout.q_idx)?, &s.gather(&layout.k_idx)?])?;
+                drop(s);
+                let qk_ring = Width::new(super::attention::qk_ring_bits(f))
+                    .ok_or(Error::bug("query ring"))?;
+                let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
+                let (v, qk) = puma_core::try_join(
+                    proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
+                    proto::reshare_trunc_summands(&mut cqk, qk, Width::W64, f, qk_ring),
                 )
+                .await?;
+                let (q, k) = qk.split_at(h.q * rows * h.dim)?;
+                (q, k, v)
             }
             Positions::Rotary { .. } => {
                 // The rotation, a public linear map, applies to the product's summands
@@ -822,7 +830,14 @@ impl Block {
                 let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
                 let (v, qk) = puma_core::try_join(
                     proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
-                    proto::reshare_trunc_summands(&mut cqk, qk, Width::W64, 2 * f, Width::W64),
+                    proto::reshare_trunc_summands(
+                        &mut cqk,
+                        qk,
+                        Width::W64,
+                        2 * f,
+                        Width::new(super::attention::qk_ring_bits(f))
+                            .ok_or(Error::bug("query ring"))?,
+                    ),
                 )
                 .await?;
                 let (q, k) = qk.split_at(h.q * rows * h.dim)?;
