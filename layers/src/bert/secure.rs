@@ -814,13 +814,11 @@ pub async fn encode_batch(
     costs.add(LayerKind::LayerNorm, m2, ctx.meter());
     let act = Activation::from(cfg.activation);
     for (l, layer) in model.layers.iter().enumerate() {
-        let a0 = ctx.meter();
+        // The projection's summands are local; the attention finishes them (two rounds,
+        // counted as linear) in its own layout.
         let qkv = layer.qkv.summands(ctx, &x, n).await?;
-        let qkv = attention::finish_qkv_rows(ctx, qkv, n, d).await?;
-        costs.add(LayerKind::Linear, a0, ctx.meter());
         let ctxv =
-            attention::bidirectional(ctx, heads, &qkv, &lens, settings.softmax_exp, costs).await?;
-        drop(qkv);
+            attention::bidirectional(ctx, heads, qkv, &lens, settings.softmax_exp, costs).await?;
         let a1 = ctx.meter();
         let attn = layer.attn_out.forward(ctx, &ctxv, n).await?;
         let a2 = ctx.meter();

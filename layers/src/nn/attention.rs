@@ -149,49 +149,29 @@ pub(crate) fn qk_ring_bits(f: u32) -> u32 {
     (proto::SOFTMAX_RING_BITS + f).min(64)
 }
 
-/// An encoder's `[q | k | v]` projection finished from its summands (`n` rows of `3·d`):
-/// the values truncated by f into Z_2^64, queries and keys into the narrower ring the
-/// scores read them in ([`qk_ring_bits`]), in the same two rounds. Same layout as the
-/// summands.
+/// Queries and keys (`qk`, the summands of a product at f + `qk_shift` fractional bits)
+/// and values (`v`, at 2f) finished in the same two rounds: the values truncated by f
+/// into Z_2^64, the queries and keys by `qk_shift` into the narrower ring the scores read
+/// them in ([`qk_ring_bits`]). Returns (queries and keys, values), each in its summands'
+/// order.
 ///
 /// # Errors
-/// `Misuse` if the summands are not `n × 3d`; `Protocol` on a malformed message.
-pub(crate) async fn finish_qkv_rows(
+/// `Protocol` on a malformed message.
+pub(crate) async fn finish_qkv(
     ctx: &mut Ctx,
-    s: Summands,
-    n: usize,
-    d: usize,
-) -> Result<Shares, Error> {
-    if n.checked_mul(3 * d) != Some(s.len()) {
-        return Err(Error::misuse("qkv summands do not match the rows"));
-    }
+    qk: Summands,
+    qk_shift: u32,
+    v: Summands,
+) -> Result<(Shares, Shares), Error> {
     let f = ctx.fixed().frac_bits();
     let qk_ring = Width::new(qk_ring_bits(f)).ok_or(Error::bug("query ring"))?;
-    let qk_idx: Vec<usize> = (0..n).flat_map(|r| r * 3 * d..r * 3 * d + 2 * d).collect();
-    let v_idx: Vec<usize> = (0..n)
-        .flat_map(|r| r * 3 * d + 2 * d..(r + 1) * 3 * d)
-        .collect();
-    let (qks, vs) = (s.gather(&qk_idx)?, s.gather(&v_idx)?);
-    drop(s);
-    let (mut cqk, mut cv) = (ctx.fork(), ctx.fork());
-    let (qk, v) = puma_core::try_join(
-        proto::reshare_trunc_summands(&mut cqk, qks, Width::W64, f, qk_ring),
-        proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
+    let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
+    let (v, qk) = puma_core::try_join(
+        proto::reshare_trunc_summands(&mut cv, v, Width::W64, f, Width::W64),
+        proto::reshare_trunc_summands(&mut cqk, qk, Width::W64, qk_shift, qk_ring),
     )
     .await?;
-    // Back to rows of [q | k | v]: element j of row r is qk[2dr + j] or v[dr + j − 2d].
-    let back: Vec<usize> = (0..n)
-        .flat_map(|r| {
-            (0..3 * d).map(move |j| {
-                if j < 2 * d {
-                    2 * d * r + j
-                } else {
-                    2 * d * n + d * r + j - 2 * d
-                }
-            })
-        })
-        .collect();
-    Shares::concat(&[&qk, &v])?.gather(&back)
+    Ok((qk, v))
 }
 
 /// Where each of back-to-back runs of lengths `lens` starts.
@@ -298,9 +278,11 @@ pub async fn causal(
     out.gather(&merge_heads(rows, heads.q, hd))
 }
 
-/// Bidirectional attention over a batch of sequences of public lengths `lens`, whose rows
-/// (real tokens only, in batch order) are the `Σ lens × 3·q_width` rows of `qkv`
-/// (queries, keys, values side by side; multi-head). Sequences of equal length share one
+/// Bidirectional attention over a batch of sequences of public lengths `lens`, from the
+/// summands of its `[q | k | v]` projection: `Σ lens` rows (real tokens only, in batch
+/// order) of `3·q_width` (queries, keys, values side by side; multi-head). The queries,
+/// keys and values are gathered once into each group's per-head layout and finished there
+/// ([`finish_qkv`], counted as [`LayerKind::Linear`]). Sequences of equal length share one
 /// batched product; all groups share the rounds. No padded position is ever computed.
 /// Returns `Σ lens × q_width`.
 ///
@@ -309,7 +291,7 @@ pub async fn causal(
 pub async fn bidirectional(
     ctx: &mut Ctx,
     heads: Heads,
-    qkv: &Shares,
+    qkv: Summands,
     lens: &[usize],
     exp: ExpApprox,
     costs: &mut LayerCosts,
@@ -317,23 +299,24 @@ pub async fn bidirectional(
     let (h, hd) = (heads.q, heads.dim);
     let d = heads.q_width();
     let n: usize = lens.iter().sum();
-    if heads.kv != h || qkv.len() != n * 3 * d {
+    let rows_len = n.checked_mul(d).and_then(|nd| nd.checked_mul(3));
+    if heads.kv != h || rows_len != Some(qkv.len()) {
         return Err(Error::misuse("attention input does not match the batch"));
     }
     let starts = starts(lens);
     let mut groups: Vec<usize> = lens.iter().copied().filter(|&l| l > 0).collect();
     groups.sort_unstable();
     groups.dedup();
-    // Per group: the sequences of that length, their q (seq × h × l × hd), kᵀ, v.
-    let mut inputs = Vec::with_capacity(groups.len());
+    // Per group: the sequences of that length and where their q (seq × h × l × hd), kᵀ
+    // and v sit in the projection's rows; all groups' queries, then all their keys, make
+    // one vector, their values another.
+    let (mut qi, mut ki, mut vi) = (Vec::new(), Vec::new(), Vec::new());
+    let mut shapes = Vec::with_capacity(groups.len());
     for &l in &groups {
         let seqs: Vec<usize> = (0..lens.len()).filter(|&b| lens[b] == l).collect();
         let at = |b: usize, t: usize, part: usize, hh: usize, j: usize| {
             (starts[b] + t) * 3 * d + part * d + hh * hd + j
         };
-        let mut qi = Vec::with_capacity(seqs.len() * h * l * hd);
-        let mut ki = Vec::with_capacity(qi.capacity());
-        let mut vi = Vec::with_capacity(qi.capacity());
         for &b in &seqs {
             for hh in 0..h {
                 for t in 0..l {
@@ -345,16 +328,34 @@ pub async fn bidirectional(
                 }
             }
         }
+        shapes.push((seqs, l));
+    }
+    let m0 = ctx.meter();
+    let total_q = qi.len();
+    qi.extend_from_slice(&ki);
+    drop(ki);
+    let (qks, vs) = (qkv.gather(&qi)?, qkv.gather(&vi)?);
+    drop((qkv, qi, vi));
+    let f = ctx.fixed().frac_bits();
+    let (qk, v_all) = finish_qkv(ctx, qks, f, vs).await?;
+    let (q_all, k_all) = qk.split_at(total_q)?;
+    let mut inputs = Vec::with_capacity(shapes.len());
+    let mut at = 0;
+    for (seqs, l) in shapes {
+        let span = at..at + seqs.len() * h * l * hd;
+        at = span.end;
         inputs.push((
             seqs,
             l,
-            qkv.gather(&qi)?,
-            qkv.gather(&ki)?,
-            qkv.gather(&vi)?,
+            q_all.slice(span.clone())?,
+            k_all.slice(span.clone())?,
+            v_all.slice(span)?,
         ));
     }
+    drop((q_all, k_all, v_all));
+    costs.add(LayerKind::Linear, m0, ctx.meter());
     let mut forks: Vec<Ctx> = inputs.iter().map(|_| ctx.fork()).collect();
-    // Three phases, each joined over the groups so that they share its rounds.
+    // Two phases, each joined over the groups so that they share its rounds.
     let m0 = ctx.meter();
     let scores = puma_core::try_join_all(
         forks

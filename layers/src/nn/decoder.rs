@@ -794,56 +794,28 @@ impl Block {
         let m1 = ctx.meter();
         costs.add(blk.attn_norm.kind(), m0, m1);
         let f = ctx.fixed().frac_bits();
-        let (q, k, v) = match spec.positions {
-            Positions::Learned => {
-                let s = blk.qkv.summands(ctx, &a, rows).await?;
-                let vs = s.gather(&layout.v_idx)?;
-                let qk = Summands::concat(&[&s.gather(&layout.q_idx)?, &s.gather(&layout.k_idx)?])?;
-                drop(s);
-                let qk_ring = Width::new(super::attention::qk_ring_bits(f))
-                    .ok_or(Error::bug("query ring"))?;
-                let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
-                let (v, qk) = puma_core::try_join(
-                    proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
-                    proto::reshare_trunc_summands(&mut cqk, qk, Width::W64, f, qk_ring),
-                )
-                .await?;
-                let (q, k) = qk.split_at(h.q * rows * h.dim)?;
-                (q, k, v)
-            }
+        // Queries and keys at f bits above f (learned positions) or, rotated as summands
+        // at 2f (the rotation, a public linear map, applies before any truncation), at 2f
+        // above f: truncated by that shift in the same two rounds as the values by f, with
+        // no truncation of their own (docs/ARCHITECTURE.md, Decoder path).
+        let s = blk.qkv.summands(ctx, &a, rows).await?;
+        let vs = s.gather(&layout.v_idx)?;
+        let (qs, ks) = (s.gather(&layout.q_idx)?, s.gather(&layout.k_idx)?);
+        drop(s);
+        let (qk, shift) = match spec.positions {
+            Positions::Learned => (Summands::concat(&[&qs, &ks])?, f),
             Positions::Rotary { .. } => {
-                // The rotation, a public linear map, applies to the product's summands
-                // at 2f fractional bits; queries and keys, then at 3f, are truncated by
-                // 2f in the same two rounds as the values by f: no truncation of their
-                // own (docs/ARCHITECTURE.md, Decoder path).
                 let (rq, rk) = layout
                     .rope
                     .as_ref()
                     .ok_or(Error::bug("rotary tables missing"))?;
-                let s = blk.qkv.summands(ctx, &a, rows).await?;
-                let vs = s.gather(&layout.v_idx)?;
-                let qk = Summands::concat(&[
-                    &rq.apply_summands(&s.gather(&layout.q_idx)?)?,
-                    &rk.apply_summands(&s.gather(&layout.k_idx)?)?,
-                ])?;
-                drop(s);
-                let (mut cv, mut cqk) = (ctx.fork(), ctx.fork());
-                let (v, qk) = puma_core::try_join(
-                    proto::reshare_trunc_summands(&mut cv, vs, Width::W64, f, Width::W64),
-                    proto::reshare_trunc_summands(
-                        &mut cqk,
-                        qk,
-                        Width::W64,
-                        2 * f,
-                        Width::new(super::attention::qk_ring_bits(f))
-                            .ok_or(Error::bug("query ring"))?,
-                    ),
-                )
-                .await?;
-                let (q, k) = qk.split_at(h.q * rows * h.dim)?;
-                (q, k, v)
+                let rotated = [rq.apply_summands(&qs)?, rk.apply_summands(&ks)?];
+                (Summands::concat(&[&rotated[0], &rotated[1]])?, 2 * f)
             }
         };
+        drop((qs, ks));
+        let (qk, v) = attention::finish_qkv(ctx, qk, shift, vs).await?;
+        let (q, k) = qk.split_at(h.q * rows * h.dim)?;
         costs.add(LayerKind::Linear, m1, ctx.meter());
         // Each sequence attends over its own cache; the sequences share the rounds.
         let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
