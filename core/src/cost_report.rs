@@ -860,6 +860,44 @@ pub fn cost_rows(batch: Batch) -> Result<Vec<CostRow>, CostError> {
                 }
             }),
         )?;
+        // The same from the scores' products (X·I at 2f bits, read in Z_2^(f+33)), as the
+        // models call it.
+        let (v, vals) = (
+            reals(h * q * q, -50.0, 50.0, 21),
+            reals(h * q * dim, -8.0, 8.0, 22),
+        );
+        t.row(
+            "softmax_matmul_batch_of_products, the same from the products in Z_2^51",
+            "row (mean)",
+            h * q,
+            measure(move |mut c, me| {
+                let (v, vals) = (v.clone(), vals.clone());
+                async move {
+                    let valid: Vec<usize> = (0..h).flat_map(|_| 1..=q).collect();
+                    let (s, vs) = (shares(me, &v), shares(me, &vals));
+                    let one = FixedPoint::default().one();
+                    let eye: Vec<u64> = (0..h * q * q)
+                        .map(|i| if i % q == (i / q) % q { one } else { 0 })
+                        .collect();
+                    let p = proto::matmul_batch_summands(&c, &s, &shares(me, &eye), h, (q, q, q))
+                        .await?;
+                    let f = FixedPoint::default().frac_bits();
+                    let input = Width::new(proto::softmax_product_bits(f))
+                        .ok_or(Error::bug("products ring"))?;
+                    proto::softmax_matmul_batch_of_products(
+                        &mut c,
+                        &p,
+                        input,
+                        &vs,
+                        h,
+                        (q, q, dim),
+                        &valid,
+                        ExpApprox::Minimax,
+                    )
+                    .await
+                }
+            }),
+        )?;
     }
 
     t.family("Normalisation");

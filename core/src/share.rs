@@ -679,6 +679,11 @@ impl Summands {
         core::mem::take(&mut self.v)
     }
 
+    /// The words, for a protocol that reads them without consuming them.
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.v
+    }
+
     /// The party holding these summands.
     pub fn party(&self) -> PartyId {
         self.party

@@ -138,6 +138,11 @@ const DOCUMENTED: &[(&str, u32, f64)] = &[
         29,
         150377.5,
     ),
+    (
+        "softmax_matmul_batch_of_products, the same from the products in Z_2^51",
+        30,
+        154865.5,
+    ),
     // Normalisation
     ("layernorm_rows, rows of 768, ε = 1e-5", 11, 587888.0),
     (

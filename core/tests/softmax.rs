@@ -775,3 +775,119 @@ fn deferred_normalisation_costs_the_softmax_rounds() {
     // the product with V (280 bits per output: E at f + 4 bits, truncated by f + 4): pinned.
     assert_eq!(bytes, [2_406_040; 3]);
 }
+
+/// The summands of X·I at 2f fractional bits (I the identity, public), laid out as
+/// `softmax_matmul_batch_of_products` takes attention's scores: `batches × rows × keys`.
+async fn products_of(
+    ctx: &mut Ctx,
+    x: &Shares,
+    (batches, rows, keys): (usize, usize, usize),
+) -> Result<puma_core::Summands, Error> {
+    let one = fx().encode(1.0).unwrap();
+    let eye: Vec<u64> = (0..batches * keys * keys)
+        .map(|i| {
+            if i % keys == (i / keys) % keys {
+                one
+            } else {
+                0
+            }
+        })
+        .collect();
+    let eye = Shares::from_public(ctx.me(), &eye);
+    proto::matmul_batch_summands(ctx, x, &eye, batches, (rows, keys, keys)).await
+}
+
+/// softmax(X)·V from the products of the scores (`softmax_matmul_batch_of_products`: the
+/// scores truncated inside, the maxima's keys cut from the products) against f64, with
+/// one all-pairs level (causal rows of 1…32 keys) and with tournament levels first (16
+/// rows of 128 keys, over the comparison budget); within the bound of the deferred
+/// softmax on truncated scores, whatever lies above the products' ring.
+#[test]
+fn softmax_from_the_products_matches_the_reference() {
+    assert_eq!(proto::softmax_product_bits(18), 51);
+    for (batches, rows, keys, dim, causal_rows) in [
+        (4usize, 32usize, 32usize, 16usize, true),
+        (1, 16, 128, 8, false),
+    ] {
+        let dims = (batches, rows, keys, dim);
+        let (valid, xs, vs, vals) = softmax_v_inputs(dims, causal_rows, 91);
+        let nx = batches * rows * keys;
+        let valid2 = valid.clone();
+        let (opened, _) = run_on(41, vals, move |mut ctx, all| {
+            let valid = valid2.clone();
+            async move {
+                let (x, v) = all.split_at(nx)?;
+                let p = products_of(&mut ctx, &x, (batches, rows, keys)).await?;
+                let input = puma_core::Width::new(51).unwrap();
+                let shape = (rows, keys, dim);
+                let y = proto::softmax_matmul_batch_of_products(
+                    &mut ctx, &p, input, &v, batches, shape, &valid, MINIMAX,
+                )
+                .await?;
+                Ok(vec![y])
+            }
+        });
+        let worst = softmax_v_error(dims, (&valid, &xs, &vs), &opened[0]);
+        // The bound of `deferred_normalisation_matches_softmax_then_product`.
+        let walk = 4.0 * (keys as f64).sqrt() * fx().decode(1) * 8.0;
+        println!("softmax·V from products, {batches} × {rows} × {keys} × {dim}: {worst:.3e}");
+        assert!(worst <= walk, "{worst:.3e} against {walk:.3e}");
+    }
+}
+
+#[test]
+fn softmax_from_the_products_saves_a_round_and_refuses_a_narrow_ring() {
+    // GPT-2's attention: 12 heads × 32 causal queries over 32 keys, heads of 64.
+    let (batches, rows, keys, dim) = (12usize, 32usize, 32usize, 64usize);
+    let valid: Vec<usize> = (0..batches).flat_map(|_| causal(rows, keys)).collect();
+    let (r, bytes) = costs_of(batches * rows * (keys + dim), move |mut ctx, all| {
+        let valid = valid.clone();
+        async move {
+            let (x, v) = all.split_at(batches * rows * keys)?;
+            let v = v.slice(0..batches * keys * dim)?;
+            let p = products_of(&mut ctx, &x, (batches, rows, keys)).await?;
+            let input = puma_core::Width::new(51).unwrap();
+            proto::softmax_matmul_batch_of_products(
+                &mut ctx,
+                &p,
+                input,
+                &v,
+                batches,
+                (rows, keys, dim),
+                &valid,
+                MINIMAX,
+            )
+            .await
+        }
+    });
+    println!("softmax·V from products: {r} rounds, {bytes:?} bytes");
+    // The scores' truncation (2 rounds) and the deferred softmax (29) in 30: the keys'
+    // reshare (1 round) replaces the truncation before the comparisons.
+    assert_eq!(r, 30);
+    // `softmax_matmul_batch`'s 2,406,040 bytes, plus the 12·528 valid scores truncated
+    // from Z_2^51 into Z_2^49 (2·51 + 49 + 4·16 = 215 bits) and their keys reshared in
+    // Z_2^19 (57 bits).
+    assert_eq!(bytes, [2_406_040 + (215 + 57) * 12 * 528 / 24; 3]);
+
+    let (opened, _) = run_on(43, vec![0; 4], |mut ctx, x| async move {
+        let p = products_of(&mut ctx, &x, (1, 2, 2)).await?;
+        let v = x.clone();
+        let narrow = puma_core::Width::new(50).unwrap();
+        let err = proto::softmax_matmul_batch_of_products(
+            &mut ctx,
+            &p,
+            narrow,
+            &v,
+            1,
+            (2, 2, 2),
+            &[2, 2],
+            MINIMAX,
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(err.to_string().contains("softmax_product_bits"), "{err}");
+        Ok(vec![x])
+    });
+    assert_eq!(opened[0], vec![0; 4]);
+}

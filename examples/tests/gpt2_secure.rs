@@ -111,7 +111,6 @@ fn secure_generation_matches_plaintext_on_tiny_model() {
         "embedding",
         "layernorm",
         "linear",
-        "attention matmul",
         "softmax",
         "gelu",
         "lm head",

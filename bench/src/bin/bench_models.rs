@@ -56,12 +56,11 @@ const PROMPT: usize = 32;
 const BERT_TOKENS: usize = 128;
 
 /// The layer kinds of GPT-2's breakdown, in display order.
-const GPT2_KINDS: [&str; 9] = [
+const GPT2_KINDS: [&str; 8] = [
     "input",
     "embedding",
     "layernorm",
     "linear",
-    "attention matmul",
     "softmax",
     "gelu",
     "lm head",
@@ -70,12 +69,11 @@ const GPT2_KINDS: [&str; 9] = [
 
 /// The layer kinds of BERT's breakdown (those `puma_layers::bert::secure::run` reports),
 /// in display order.
-const BERT_KINDS: [&str; 10] = [
+const BERT_KINDS: [&str; 9] = [
     "input",
     "embedding",
     "layernorm",
     "linear",
-    "attention matmul",
     "softmax",
     "gelu",
     "pooler and classifier",

@@ -714,6 +714,86 @@ pub(crate) async fn max_segments(
     want_onehot: bool,
     compare: Compare,
 ) -> Result<(Shares, Option<Shares>), Error> {
+    max_levels(ctx, x, lens, width, method, want_onehot, compare, false).await
+}
+
+/// The maxima of consecutive segments of lengths `lens` compared on keys cut before the
+/// values are ready: `keys` are shares of ⌊x_i/2^`shift`⌋ − e_i, e_i ∈ {0, 1, 2}, in
+/// Z_2^k (k = `width`; made from a product's summands by a local cut and one reshare, a
+/// round before the product's own truncation, docs/PROTOCOLS.md, Softmax), and `x` is the
+/// future of the values x_i (at f bits) that the keys were cut from, up to 1 unit of x.
+/// Returns the values and their maxima: with one level (rows within the method's
+/// all-pairs threshold), the exact value of the winner, which is at most the row's
+/// maximum and within 3·2^`shift` + 1 (raw) of it; with several levels, the winner's key
+/// times 2^`shift`, at most 1 unit above the row's maximum and within 3·2^`shift` + 1
+/// below it.
+///
+/// Rounds and bits: those of [`max_rows_with`] with cut keys ([`Compare::Coarse`]), the
+/// comparisons starting as soon as the keys are shared.
+///
+/// # Errors
+/// As [`max_segments`], and `Misuse` if the keys do not match the lengths.
+pub(crate) async fn max_segments_of_keys<F>(
+    ctx: &mut Ctx,
+    x: F,
+    keys: &Shares,
+    lens: &[usize],
+    (width, shift): (Width, u32),
+    method: MaxMethod,
+) -> Result<(Shares, Shares), Error>
+where
+    F: core::future::Future<Output = Result<Shares, Error>>,
+{
+    let mut ctx = ctx.fork();
+    let k = method.threshold(lens);
+    if lens.iter().all(|&n| tournament_levels(n, k) == 0) {
+        // One all-pairs level: the winners from the keys, then the exact values selected.
+        let mut groups = Vec::with_capacity(lens.len());
+        let mut offset = 0usize;
+        for &n in lens {
+            let end = offset
+                .checked_add(n)
+                .ok_or(Error::misuse("segment lengths overflow"))?;
+            groups.push(offset..end);
+            offset = end;
+        }
+        if offset != keys.len() || lens.contains(&0) {
+            return Err(Error::misuse(
+                "segment lengths must be positive and add up to the keys' length",
+            ));
+        }
+        let mut cw = ctx.fork();
+        let level = Compare::Coarse { shift: 0 };
+        let (x, wb) = try_join(x, winners(&mut cw, keys, &groups, width, level)).await?;
+        if x.len() != keys.len() {
+            return Err(Error::misuse("values and keys differ in length"));
+        }
+        let (max, _) = select_max(&mut ctx, &x, &groups, &wb, false, Width::W64).await?;
+        return Ok((x, max));
+    }
+    let mut cm = ctx.fork();
+    let compare = Compare::Coarse { shift };
+    let levels = max_levels(&mut cm, keys, lens, width, method, false, compare, true);
+    let (x, (max, _)) = try_join(x, levels).await?;
+    if x.len() != keys.len() {
+        return Err(Error::misuse("values and keys differ in length"));
+    }
+    Ok((x, max))
+}
+
+/// [`max_segments`], or with `precut` (coarse keys over several levels only) on `x`
+/// already holding the cut keys.
+#[allow(clippy::too_many_arguments)]
+async fn max_levels(
+    ctx: &mut Ctx,
+    x: &Shares,
+    lens: &[usize],
+    width: Width,
+    method: MaxMethod,
+    want_onehot: bool,
+    compare: Compare,
+    precut: bool,
+) -> Result<(Shares, Option<Shares>), Error> {
     let total = lens
         .iter()
         .try_fold(0usize, |s, &c| s.checked_add(c))
@@ -736,7 +816,13 @@ pub(crate) async fn max_segments(
         Compare::Coarse { shift } if !want_onehot && l_max >= 1 => Some(shift),
         _ => None,
     };
+    if precut && narrow.is_none() {
+        return Err(Error::bug(
+            "precut keys need coarse keys over several levels",
+        ));
+    }
     let (mut cur, level_compare) = match narrow {
+        Some(_) if precut => (x.clone(), Compare::Coarse { shift: 0 }),
         Some(shift) => (shift_components(x, shift), Compare::Coarse { shift: 0 }),
         None => (x.clone(), compare),
     };

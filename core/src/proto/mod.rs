@@ -61,7 +61,7 @@ pub use rmsnorm::{RmsScaling, rms_norm_rows, rms_norm_rows_unscaled};
 pub use sample::{SAMPLING_GRID_BITS, SamplingParams, sample_rows};
 pub use softmax::{
     ExpApprox, SOFTMAX_RING_BITS, neg_exp_with, softmax_input_bits, softmax_matmul_batch,
-    softmax_rows, softmax_rows_with,
+    softmax_matmul_batch_of_products, softmax_product_bits, softmax_rows, softmax_rows_with,
 };
 use trunc::{
     reshare_cut, reshare_lift, reshare_lift_into, reshare_trunc, reshare_trunc_narrow, trunc_in,

@@ -8,12 +8,12 @@ use alloc::vec::Vec;
 use crate::engine::{Ctx, try_join};
 use crate::error::Error;
 use crate::ring::Width;
-use crate::share::Shares;
+use crate::share::{Shares, Summands};
 
 use super::gelu::{BitsForm, encode_at, lincomb};
-use super::maxpool::{Compare, MaxMethod, max_segments};
+use super::maxpool::{Compare, MaxMethod, max_segments, max_segments_of_keys};
 use super::mul::{cross_terms, mul_trunc, mul_trunc_in, square_trunc, square_trunc_in};
-use super::{reciprocal_extra, reshare_trunc_narrow, trunc_in};
+use super::{reciprocal_extra, reshare_in, reshare_trunc_narrow, reshare_trunc_summands, trunc_in};
 
 /// Ring width k' of the comparisons in [`neg_exp_with`] and in the row maxima of the
 /// softmax functions: 32 bits. [`neg_exp_with`] is exact on its branch while
@@ -563,7 +563,7 @@ pub async fn softmax_rows_with(
     valid_len: &[usize],
     approx: ExpApprox,
 ) -> Result<Shares, Error> {
-    check_rows(x, rows, cols, valid_len)?;
+    check_rows(x.len(), rows, cols, valid_len)?;
     let mut ctx = ctx.fork();
     let me = x.party();
     if rows == 0 {
@@ -571,7 +571,7 @@ pub async fn softmax_rows_with(
     }
     let valid = ValidEntries::new(valid_len, cols);
     let flat = x.gather(&valid.flat_idx)?;
-    let probs = softmax_segments(&mut ctx, &flat, valid_len, &valid.seg_of, approx).await?;
+    let probs = softmax_segments(&mut ctx, flat, valid_len, &valid.seg_of, approx).await?;
     valid.scatter(&probs)
 }
 
@@ -618,11 +618,11 @@ impl ValidEntries {
 }
 
 /// The shape checks of the softmax functions.
-fn check_rows(x: &Shares, rows: usize, cols: usize, valid_len: &[usize]) -> Result<(), Error> {
+fn check_rows(x_len: usize, rows: usize, cols: usize, valid_len: &[usize]) -> Result<(), Error> {
     let total = rows
         .checked_mul(cols)
         .ok_or(Error::misuse("rows·cols overflows"))?;
-    if x.len() != total || valid_len.len() != rows {
+    if x_len != total || valid_len.len() != rows {
         return Err(Error::misuse("softmax shapes do not match"));
     }
     if valid_len.iter().any(|&v| v == 0 || v > cols) {
@@ -657,13 +657,13 @@ fn ceil_log2(n: usize) -> u32 {
 /// element i).
 async fn softmax_segments(
     ctx: &mut Ctx,
-    x: &Shares,
+    x: Shares,
     lens: &[usize],
     seg_of: &[usize],
     approx: ExpApprox,
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let (e, sums) = exps_and_sums(ctx, x, lens, seg_of, approx).await?;
+    let (e, sums) = exps_and_sums(ctx, Entries::Ready(x), lens, seg_of, approx).await?;
     let (lo, hi) = sum_range(f, lens);
     // r = 1/S at f + SOFTMAX_RECIP_EXTRA bits from S at f + SUM_EXTRA_BITS.
     let r = reciprocal_extra(ctx, &sums, lo, hi, SOFTMAX_RECIP_EXTRA + SUM_EXTRA_BITS).await?;
@@ -672,10 +672,20 @@ async fn softmax_segments(
     mul_trunc(ctx, &e, &r.gather(seg_of)?, d).await
 }
 
+/// The valid entries of a softmax, one row after another: shares at f fractional bits,
+/// or the summands of their products at 2f bits read mod 2^k (k the [`Width`]), which the
+/// softmax truncates itself, cutting the maxima's keys from them first.
+enum Entries {
+    /// Shares of the entries.
+    Ready(Shares),
+    /// Summands of the entries' products and the ring they are read in.
+    Products(Summands, Width),
+}
+
 /// Steps 1–4 of the softmax: e^(x − max − ε) per element and the sums S per segment.
 async fn exps_and_sums(
     ctx: &mut Ctx,
-    x: &Shares,
+    entries: Entries,
     lens: &[usize],
     seg_of: &[usize],
     approx: ExpApprox,
@@ -686,18 +696,59 @@ async fn exps_and_sums(
     // cut to 4 fractional bits, in three rounds each; the other approximations are not
     // shift-invariant and compare the exact values.
     let method = MaxMethod::default();
-    let (compare, width) = if approx == ExpApprox::Minimax {
-        let shift = f.saturating_sub(MAX_KEY_FRAC_BITS);
-        let width = Width::new(SOFTMAX_RING_BITS + 1 - shift);
-        (Compare::Coarse { shift }, width)
-    } else {
-        (Compare::Exact, Width::new(SOFTMAX_RING_BITS))
+    let coarse = approx == ExpApprox::Minimax;
+    let shift = f.saturating_sub(MAX_KEY_FRAC_BITS);
+    let key_width = Width::new(SOFTMAX_RING_BITS + 1 - shift);
+    let (x, max, compare) = match entries {
+        Entries::Products(s, input) if coarse => {
+            // The keys are cut from the products themselves (each party shifts its
+            // summand) and shared in one round, so the comparisons start a round before
+            // the products' own truncation, which they overlap.
+            let width = key_width.ok_or(Error::bug("softmax ring width"))?;
+            let cut_by = f + shift;
+            if input.bits() < cut_by + width.bits() {
+                return Err(Error::misuse(
+                    "softmax products read in a ring too narrow for their maxima's keys",
+                ));
+            }
+            let cut: Vec<u64> = s
+                .words()
+                .iter()
+                .map(|&w| input.reduce(w) >> cut_by)
+                .collect();
+            let mut ck = ctx.fork();
+            let keys = reshare_in(&mut ck, cut, width).await?;
+            let ring = Width::new(softmax_input_bits(f, approx)).ok_or(Error::bug("ring"))?;
+            let mut cx = ctx.fork();
+            let x = reshare_trunc_summands(&mut cx, s, input, f, ring);
+            let (x, max) =
+                max_segments_of_keys(ctx, x, &keys, lens, (width, shift), method).await?;
+            (x, max, Compare::Coarse { shift })
+        }
+        entries => {
+            let x = match entries {
+                Entries::Ready(x) => x,
+                Entries::Products(s, input) => {
+                    let ring =
+                        Width::new(softmax_input_bits(f, approx)).ok_or(Error::bug("ring"))?;
+                    reshare_trunc_summands(ctx, s, input, f, ring).await?
+                }
+            };
+            let (compare, width) = if coarse {
+                (Compare::Coarse { shift }, key_width)
+            } else {
+                (Compare::Exact, Width::new(SOFTMAX_RING_BITS))
+            };
+            let width = width.ok_or(Error::bug("softmax ring width"))?;
+            let (max, _) = max_segments(ctx, &x, lens, width, method, false, compare).await?;
+            (x, max, compare)
+        }
     };
-    let width = width.ok_or(Error::bug("softmax ring width"))?;
-    let (max, _) = max_segments(ctx, x, lens, width, method, false, compare).await?;
     // 2. z = x − max − ε', ε' = 2^−12 plus what the keys' cut may cost: the selected
-    // maximum is at most the row's and within 3·2^shift (raw) of it, whatever the levels
-    // (one level selects the exact value, several select and lift the keys).
+    // maximum is at most the row's (or 1 unit above it, with keys cut from the products
+    // over several levels) and within 3·2^shift (raw; + 1 with keys cut from the
+    // products) below it, whatever the levels (one level selects the exact value, several
+    // select and lift the keys).
     let mut eps = if f >= 12 { 1u64 << (f - 12) } else { 1 };
     if let Compare::Coarse { shift } = compare {
         eps += 3u64 << shift;
@@ -767,14 +818,85 @@ pub async fn softmax_matmul_batch(
     x: &Shares,
     v: &Shares,
     batches: usize,
-    (rows, keys, dim): (usize, usize, usize),
+    dims: (usize, usize, usize),
     valid_len: &[usize],
     approx: ExpApprox,
 ) -> Result<Shares, Error> {
+    let valid = check_batch(x.len(), v, batches, dims, valid_len)?;
+    let flat = x.gather(&valid.flat_idx)?;
+    let entries = Entries::Ready(flat);
+    deferred(ctx, entries, (&valid, valid_len), v, batches, dims, approx).await
+}
+
+/// [`softmax_matmul_batch`] from the summands of the entries' products at 2f fractional
+/// bits (attention's scores Q·Kᵀ before any truncation), read mod 2^k, k = `input`, which
+/// must be at least [`softmax_product_bits`]. Only the valid entries are truncated, into
+/// the softmax's input ring. With [`ExpApprox::Minimax`] the row maxima's keys are cut
+/// from the products (each party shifts its summand by 2f − 4 bits) and reshared in
+/// Z_2^(k'−f+5) in one round, so the comparisons start a round before the products' own
+/// two-round truncation ends (docs/PROTOCOLS.md, Softmax, keys from the products).
+///
+/// **Range** and **Error**: as [`softmax_matmul_batch`]; the keys are cut from the exact
+/// products rather than from their truncation, which moves the selected maximum by at
+/// most one unit, inside the slack subtracted before negExp.
+///
+/// **Rounds**: one fewer than the products' truncation followed by
+/// [`softmax_matmul_batch`] (2 + 29 = 31 → **30** for rows of up to 32 keys with
+/// [`ExpApprox::Minimax`]). **Bits**: those two, with only the valid entries truncated
+/// (2k + m + 4·max(0, m − k + f) each, m = [`softmax_input_bits`]: 215 at f = 18 with
+/// k = 51), plus 3·(k' − f + 5) = 57 bits per valid entry for the keys' reshare; GPT-2's
+/// attention (12 × 32 causal rows over 32 keys, heads of 64): pinned in tests/softmax.rs
+/// and tests/cost_report.rs.
+///
+/// # Errors
+/// As [`softmax_matmul_batch`], and `Misuse` if `input` is narrower than
+/// [`softmax_product_bits`] (or, with more than 31 fractional bits, than the maxima's
+/// keys need).
+#[allow(clippy::too_many_arguments)]
+pub async fn softmax_matmul_batch_of_products(
+    ctx: &mut Ctx,
+    products: &Summands,
+    input: Width,
+    v: &Shares,
+    batches: usize,
+    dims: (usize, usize, usize),
+    valid_len: &[usize],
+    approx: ExpApprox,
+) -> Result<Shares, Error> {
+    let f = ctx.fixed().frac_bits();
+    if input.bits() < softmax_product_bits(f) {
+        return Err(Error::misuse(
+            "softmax products must be read in at least softmax_product_bits",
+        ));
+    }
+    let valid = check_batch(products.len(), v, batches, dims, valid_len)?;
+    let flat = products.gather(&valid.flat_idx)?;
+    let entries = Entries::Products(flat, input);
+    deferred(ctx, entries, (&valid, valid_len), v, batches, dims, approx).await
+}
+
+/// The narrowest ring, in bits, in which [`softmax_matmul_batch_of_products`] reads its
+/// products at 2f fractional bits: f + k' + 1 (51 at f = 18, k' =
+/// [`SOFTMAX_RING_BITS`]). Entries within the range contract (|x| < 2^(k'−2−f)) have
+/// products below 2^(k'−2+f), and the maxima's keys, cut by 2f − 4 bits, need k' − f + 5
+/// bits.
+pub fn softmax_product_bits(frac_bits: u32) -> u32 {
+    (frac_bits + SOFTMAX_RING_BITS + 1).min(64)
+}
+
+/// The shape checks of [`softmax_matmul_batch`] for entries of length `x_len`; the valid
+/// entries' layout.
+fn check_batch(
+    x_len: usize,
+    v: &Shares,
+    batches: usize,
+    (rows, keys, dim): (usize, usize, usize),
+    valid_len: &[usize],
+) -> Result<ValidEntries, Error> {
     let all_rows = batches
         .checked_mul(rows)
         .ok_or(Error::misuse("batches·rows overflows"))?;
-    check_rows(x, all_rows, keys, valid_len)?;
+    check_rows(x_len, all_rows, keys, valid_len)?;
     let v_len = batches
         .checked_mul(keys)
         .and_then(|n| n.checked_mul(dim))
@@ -782,15 +904,27 @@ pub async fn softmax_matmul_batch(
     if v.len() != v_len {
         return Err(Error::misuse("softmax values do not match the keys"));
     }
+    Ok(ValidEntries::new(valid_len, keys))
+}
+
+/// [`softmax_matmul_batch`] on the valid entries, checked by [`check_batch`].
+async fn deferred(
+    ctx: &mut Ctx,
+    entries: Entries,
+    (valid, valid_len): (&ValidEntries, &[usize]),
+    v: &Shares,
+    batches: usize,
+    (rows, keys, dim): (usize, usize, usize),
+    approx: ExpApprox,
+) -> Result<Shares, Error> {
     let mut ctx = ctx.fork();
-    let me = x.party();
+    let me = v.party();
+    let all_rows = batches * rows;
     if all_rows == 0 || dim == 0 {
         return Ok(Shares::zeros(me, all_rows * dim));
     }
     let f = ctx.fixed().frac_bits();
-    let valid = ValidEntries::new(valid_len, keys);
-    let flat = x.gather(&valid.flat_idx)?;
-    let (e, sums) = exps_and_sums(&mut ctx, &flat, valid_len, &valid.seg_of, approx).await?;
+    let (e, sums) = exps_and_sums(&mut ctx, entries, valid_len, &valid.seg_of, approx).await?;
     let e_rows = valid.scatter(&e)?;
     let (lo, hi) = sum_range(f, valid_len);
     let (mut cr, mut cm) = (ctx.fork(), ctx.fork());

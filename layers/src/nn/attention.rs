@@ -111,42 +111,39 @@ async fn attend(
     costs: &mut LayerCosts,
 ) -> Result<Shares, Error> {
     let m0 = ctx.meter();
-    let scores = scores(ctx, q, kt, batches, (rows, dim, keys), exp).await?;
-    let m1 = ctx.meter();
-    costs.add(LayerKind::AttentionMatmul, m0, m1);
-    let out = proto::softmax_matmul_batch(ctx, &scores, v, batches, (rows, keys, dim), valid, exp)
-        .await?;
-    costs.add(LayerKind::Softmax, m1, ctx.meter());
+    let products = proto::matmul_batch_summands(ctx, q, kt, batches, (rows, dim, keys)).await?;
+    let out =
+        softmax_of_products(ctx, &products, v, batches, (rows, keys, dim), valid, exp).await?;
+    costs.add(LayerKind::Softmax, m0, ctx.meter());
     Ok(out)
 }
 
-/// The attention scores Q·Kᵀ for `batches` problems at f fractional bits, read in
-/// Z_2^(32+f) ([`qk_ring_bits`]: queries and keys need only be known there) and truncated
-/// into the ring the softmax reads them in (`proto::softmax_input_bits`: Z_2^49 at f = 18
-/// with the minimax exponential): 217 bits per score (docs/PROTOCOLS.md, Matrix product).
-async fn scores(
+/// softmax(S_b)·V_b for `batches` problems from the summands of the scores S = Q·Kᵀ at 2f
+/// fractional bits, read in Z_2^(33+f) ([`qk_ring_bits`]: queries and keys need only be
+/// known there); the softmax truncates the valid scores into the ring it reads them in
+/// (`proto::softmax_input_bits`: Z_2^49 at f = 18 with the minimax exponential) and cuts
+/// its maxima's keys from the products first (docs/PROTOCOLS.md, Matrix product; Softmax).
+async fn softmax_of_products(
     ctx: &mut Ctx,
-    q: &Shares,
-    kt: &Shares,
+    products: &Summands,
+    v: &Shares,
     batches: usize,
     dims: (usize, usize, usize),
+    valid: &[usize],
     exp: ExpApprox,
 ) -> Result<Shares, Error> {
     let f = ctx.fixed().frac_bits();
-    let ring = Width::new(proto::softmax_input_bits(f, exp)).ok_or(Error::bug("scores ring"))?;
-    // The scores stay below 2^(SOFTMAX_RING_BITS − 2 − f) (the range check enforces it), so
-    // their products at 2f fractional bits are below 2^(SOFTMAX_RING_BITS − 2 + f): read
-    // mod 2^(SOFTMAX_RING_BITS + f), queries and keys need only be known mod that much.
     let input = Width::new(qk_ring_bits(f)).ok_or(Error::bug("scores input ring"))?;
-    let s = proto::matmul_batch_summands(ctx, q, kt, batches, dims).await?;
-    proto::reshare_trunc_summands(ctx, s, input, f, ring).await
+    proto::softmax_matmul_batch_of_products(ctx, products, input, v, batches, dims, valid, exp)
+        .await
 }
 
 /// The ring queries and keys are needed in, in bits: the scores' products at 2f
-/// fractional bits are read mod 2^(32 + f), which holds every score within the softmax's
-/// range (|s| < 2^(SOFTMAX_RING_BITS − 2 − f) = 4096 at f = 18).
+/// fractional bits are read mod 2^(33 + f) (`proto::softmax_product_bits`), which holds
+/// every score within the softmax's range (|s| < 2^(SOFTMAX_RING_BITS − 2 − f) = 4096 at
+/// f = 18) and the maxima's keys cut from them.
 pub(crate) fn qk_ring_bits(f: u32) -> u32 {
-    (proto::SOFTMAX_RING_BITS + f).min(64)
+    proto::softmax_product_bits(f)
 }
 
 /// Queries and keys (`qk`, the summands of a product at f + `qk_shift` fractional bits)
@@ -282,7 +279,7 @@ pub async fn causal(
 /// summands of its `[q | k | v]` projection: `Σ lens` rows (real tokens only, in batch
 /// order) of `3·q_width` (queries, keys, values side by side; multi-head). The queries,
 /// keys and values are gathered once into each group's per-head layout and finished there
-/// ([`finish_qkv`], counted as [`LayerKind::Linear`]). Sequences of equal length share one
+/// (truncated as the decoders' are, counted as [`LayerKind::Linear`]). Sequences of equal length share one
 /// batched product; all groups share the rounds. No padded position is ever computed.
 /// Returns `Σ lens × q_width`.
 ///
@@ -355,18 +352,12 @@ pub async fn bidirectional(
     drop((q_all, k_all, v_all));
     costs.add(LayerKind::Linear, m0, ctx.meter());
     let mut forks: Vec<Ctx> = inputs.iter().map(|_| ctx.fork()).collect();
-    // Two phases, each joined over the groups so that they share its rounds.
+    // The scores' products are local; the softmaxes of all groups share their rounds.
     let m0 = ctx.meter();
-    let scores = puma_core::try_join_all(
-        forks
-            .iter_mut()
-            .zip(&inputs)
-            .map(|(c, (seqs, l, q, kt, _))| scores(c, q, kt, seqs.len() * h, (*l, hd, *l), exp))
-            .collect(),
-    )
-    .await?;
-    let m1 = ctx.meter();
-    costs.add(LayerKind::AttentionMatmul, m0, m1);
+    let mut products = Vec::with_capacity(inputs.len());
+    for (c, (seqs, l, q, kt, _)) in forks.iter_mut().zip(&inputs) {
+        products.push(proto::matmul_batch_summands(c, q, kt, seqs.len() * h, (*l, hd, *l)).await?);
+    }
     let valid: Vec<Vec<usize>> = inputs
         .iter()
         .map(|(seqs, l, ..)| vec![*l; seqs.len() * h * l])
@@ -375,14 +366,14 @@ pub async fn bidirectional(
         forks
             .iter_mut()
             .zip(&inputs)
-            .zip(scores.iter().zip(&valid))
+            .zip(products.iter().zip(&valid))
             .map(|((c, (seqs, l, _, _, v)), (s, val))| {
-                proto::softmax_matmul_batch(c, s, v, seqs.len() * h, (*l, *l, hd), val, exp)
+                softmax_of_products(c, s, v, seqs.len() * h, (*l, *l, hd), val, exp)
             })
             .collect(),
     )
     .await?;
-    costs.add(LayerKind::Softmax, m1, ctx.meter());
+    costs.add(LayerKind::Softmax, m0, ctx.meter());
     // Back to rows in batch order: sequence b is the k-th of its group, `h × l × hd`.
     let mut place = vec![(0usize, 0usize); lens.len()];
     let mut offset = 0;

@@ -17,10 +17,9 @@ pub enum LayerKind {
     /// Linear layers (weight and optional bias), with the rotary embedding of queries and
     /// keys, which applies to their projection's summands.
     Linear,
-    /// The batched product of attention's queries and keys (the scores).
-    AttentionMatmul,
-    /// Softmax over the attention scores, with the product of its unnormalised weights and
-    /// the values, which runs beside the softmax's reciprocal.
+    /// Softmax over the attention scores, from their products Q·Kᵀ (local) to the product
+    /// of its unnormalised weights and the values, which runs beside the softmax's
+    /// reciprocal: the scores' truncation, the row maxima, negExp and the normalisation.
     Softmax,
     /// GeLU.
     Gelu,
@@ -45,7 +44,6 @@ impl LayerKind {
             LayerKind::LayerNorm => "layernorm",
             LayerKind::RmsNorm => "rmsnorm",
             LayerKind::Linear => "linear",
-            LayerKind::AttentionMatmul => "attention matmul",
             LayerKind::Softmax => "softmax",
             LayerKind::Gelu => "gelu",
             LayerKind::Silu => "silu",
