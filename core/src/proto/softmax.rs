@@ -698,7 +698,9 @@ async fn exps_and_sums(
     let method = MaxMethod::default();
     let coarse = approx == ExpApprox::Minimax;
     let shift = f.saturating_sub(MAX_KEY_FRAC_BITS);
-    let key_width = Width::new(SOFTMAX_RING_BITS + 1 - shift);
+    let key_width = (SOFTMAX_RING_BITS + 1)
+        .checked_sub(shift)
+        .and_then(Width::new);
     let (x, max, compare) = match entries {
         Entries::Products(s, input) if coarse => {
             // The keys are cut from the products themselves (each party shifts its
