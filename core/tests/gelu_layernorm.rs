@@ -781,13 +781,14 @@ fn gelu_chebyshev_accuracy() {
     }
 }
 
-/// The Chebyshev GeLU's exact cost: 1634 bits per element summed over the parties, i.e.
-/// 68 1⁄12 bytes per element and party for n divisible by 24, in 10 rounds (the accounting
+/// The Chebyshev GeLU's exact cost: 1583 bits per element summed over the parties, i.e.
+/// 65 23⁄24 bytes per element and party for n divisible by 24, in 10 rounds (the accounting
 /// is in the `gelu_chebyshev` docs and in docs/PROTOCOLS.md, GeLU): the comparisons' first
 /// layer in two rounds in Z_2^17 beside the polynomial, y input once for both breakpoints
 /// and the two-round B2A (1842 bits with separate one-round comparisons in Z_2^18 and
 /// the join in Z_2^33), the
-/// powers made in Z_2^61 and the final sum in Z_2^43, the join in Z_2^32 and its lift;
+/// powers w and Q made in Z_2^61, T_2 in Z_2^44 (no strings: 51 bits fewer) and the final
+/// sum in Z_2^43, the join in Z_2^32 and its lift;
 /// `gelu_precise` takes 2700 bits and 10 rounds.
 #[test]
 fn gelu_chebyshev_pinned_cost() {
@@ -797,7 +798,7 @@ fn gelu_chebyshev_pinned_cost() {
             proto::gelu_chebyshev(&mut ctx, &x, form).await
         });
         assert_eq!(out.rounds(), 10);
-        let per_party = 1634 * n as u64 / 24;
+        let per_party = 1583 * n as u64 / 24;
         assert_eq!(out.payload_bytes(), [per_party; 3]);
     }
 }
@@ -823,7 +824,7 @@ fn gelu_chebyshev_refuses_unsupported_formats() {
 }
 
 /// GeLU lifted into Z_2^56 only, for the MLP's output projection summed in that ring:
-/// 1594 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
+/// 1543 bits, 40 fewer than into Z_2^64, with the same values read mod 2^56.
 #[test]
 fn gelu_chebyshev_into_a_narrow_ring() {
     let fx = FixedPoint::default();
@@ -834,7 +835,7 @@ fn gelu_chebyshev_into_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1594 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1543 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
     xs.extend_from_slice(&[-4091.8, 4091.8, -100.0, 100.0]);
     let raw = fx.encode_slice(&xs).unwrap();
@@ -850,7 +851,7 @@ fn gelu_chebyshev_into_a_narrow_ring() {
 
 /// GeLU from an input known mod 2^46 only (the MLP's first projection truncated into
 /// that ring, `gelu_chebyshev_input_bits(18)`), into Z_2^56: bits above 2^46 in the input
-/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1630
+/// are ignored, the values are those from Z_2^64 to the same 2e-4, and the cost is 1579
 /// bits (w's product summed in Z_2^46: 36 more than from Z_2^64, for 90 fewer in the
 /// producer's truncation).
 #[test]
@@ -867,7 +868,7 @@ fn gelu_chebyshev_from_a_narrow_ring() {
         proto::gelu_chebyshev_into(&mut ctx, &x, proto::GeluForm::Erf, rings).await
     });
     assert_eq!(out.rounds(), 10);
-    assert_eq!(out.payload_bytes(), [1630 * n as u64 / 24; 3]);
+    assert_eq!(out.payload_bytes(), [1579 * n as u64 / 24; 3]);
     let mut xs: Vec<f64> = (-32_000..=32_000).map(|i| f64::from(i) * 5e-4).collect();
     xs.extend_from_slice(&[-4091.8, 4091.8, -100.0, 100.0, -4.125, 4.1874]);
     let raw = fx.encode_slice(&xs).unwrap();

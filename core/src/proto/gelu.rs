@@ -104,12 +104,15 @@ fn fused_cross_terms(terms: &[(&Shares, &Shares)]) -> Result<Vec<u64>, Error> {
     Ok(z)
 }
 
-/// The final step of [`gelu_chebyshev`] and [`silu_chebyshev`]: Σ_k x_k·y_k + l, all at
-/// `frac` fractional bits, truncated to f bits into `output`. The second factors y_k and
-/// the linear part l are first cut locally by `cut` bits (every component shifted right:
-/// sharings mod 2^(64 − cut), off by at most two units of the cut grid), so that the sum,
-/// at `frac` − `cut` bits, is summed and sent in Z_2^`sum_bits` (docs/PROTOCOLS.md,
-/// Narrow truncation and lift). The caller keeps the exact sum within ±2^(sum_bits − 2).
+/// The final step of [`gelu_chebyshev`] and [`silu_chebyshev`]: Σ_k x_k·y_k + l + u, the
+/// products and l at `frac` fractional bits and u at `frac` − `cut`, truncated to f bits
+/// into `output`. The second factors y_k and the linear part l are first cut locally by
+/// `cut` bits (every component shifted right: sharings mod 2^(64 − cut), off by at most
+/// two units of the cut grid), so that the sum, at `frac` − `cut` bits, is summed and sent
+/// in Z_2^`sum_bits` (docs/PROTOCOLS.md, Narrow truncation and lift). u, the terms of
+/// powers that are only known mod 2^`sum_bits` (first factors and such terms need no
+/// more, a cut factor needs `cut` bits above it), is added uncut. The caller keeps the
+/// exact sum within ±2^(sum_bits − 2).
 ///
 /// Rounds: 2. Bits per element: 2·sum_bits + m + 4·max(0, m − sum_bits + d), m the
 /// output's bits and d = `frac` − `cut` − f.
@@ -120,7 +123,7 @@ fn fused_cross_terms(terms: &[(&Shares, &Shares)]) -> Result<Vec<u64>, Error> {
 async fn cut_fused_sum(
     ctx: &mut Ctx,
     products: &[(&Shares, &Shares)],
-    linear: &Shares,
+    (linear, uncut): (&Shares, &Shares),
     frac: u32,
     (cut, sum_bits): (u32, u32),
     output: Width,
@@ -135,8 +138,12 @@ async fn cut_fused_sum(
         .map(|((x, _), y)| (*x, y))
         .collect();
     let mut z = fused_cross_terms(&terms)?;
-    for (zk, lk) in z.iter_mut().zip(shift_components(linear, cut).a()) {
-        *zk = zk.wrapping_add(*lk);
+    for ((zk, lk), uk) in z
+        .iter_mut()
+        .zip(shift_components(linear, cut).a())
+        .zip(uncut.a())
+    {
+        *zk = zk.wrapping_add(*lk).wrapping_add(*uk);
     }
     let f = ctx.fixed().frac_bits();
     let d = frac
@@ -707,6 +714,11 @@ const GELU_POWER_RING_BITS: u32 = GELU_FINAL_SUM_BITS + GELU_FINAL_CUT;
 /// 38 + 3 bits and the truncation's two spare bits suffice. The sum is known mod
 /// 2^(64 − cut) = 2^46, more than it needs.
 const GELU_FINAL_SUM_BITS: u32 = 43;
+/// The ring of [`gelu_chebyshev`]'s T_2: its truncation by p − 1 from the power ring leaves
+/// a wrap of weight 2^(61 − 17) = 2^44, which vanishes here, so it sends no strings. T_2 is
+/// only read as a first factor and a linear term of the final sum (mod 2^43) and by Q's
+/// product (below 2^40 raw), never through a cut factor.
+const GELU_T2_RING_BITS: u32 = GELU_POWER_RING_BITS - (CHEB_POWER_BITS - 1);
 /// Rounds of [`gelu_chebyshev`]'s polynomial branch: w, T_2, Q and the final sum, two
 /// each. Its breakpoint bits take the cheapest [`BitsForm`] that fits beside it.
 const GELU_POLY_ROUNDS: u32 = 8;
@@ -726,7 +738,7 @@ const CHEB_CMP_RING_BITS: u32 = 17;
 /// ±2^(f+12).
 const CHEB_JOIN_HEADROOM_BITS: u32 = 14;
 
-/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 64 % of [`gelu_precise`]'s bits and one round fewer: the same
+/// GeLU to 1.3e-4 (`Erf`) or 9.3e-5 (`Tanh`) for 59 % of [`gelu_precise`]'s bits and in as many rounds: the same
 /// piecewise shape (0 for x < −4, x/2 + E(x) on [−4, 4), x for x ≥ 4, E(x) = GeLU(x) − x/2
 /// even), E a degree-8 polynomial in w = 2x²/T² − 1 (T = 4.437) evaluated with one product
 /// fewer, powers at 18 fractional bits, comparisons on x cut to 4 fractional bits in a
@@ -751,9 +763,12 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 14;
 /// where the fit holds. Then one B2A in its two-round form into the join ring
 /// Z_2^(f+14) (2): 8 rounds (`BitsForm::within`, in this module). Branch B: w = 13·x²/2^7 − 1
 /// (x·(13x) with the truncation by 25 fused into the reshare, 2), T_2 (2), Q (2), then the
-/// products Q·(k_5·w + k_6·T_2 + k_7·Q) and T_2·(k_4·w) as local cross terms, plus the
+/// products Q·(k_5·w + k_7·Q) and T_2·(k_4·w + k_6·Q) as local cross terms, plus the
 /// linear part and x/2, at 2·18 + 20 = 56 fractional bits, reshared and truncated to f
-/// bits at once, into the join ring (2): 8 rounds. Join: (b1 − b0)·P + (1 − b1)·x, one
+/// bits at once, into the join ring (2): 8 rounds. Grouped so, T_2 is never a second
+/// factor, which the final sum cuts by 18 bits and so reads mod 2^61: T_2 is read mod
+/// 2^43 only (its linear term joins the sum uncut), and is made in Z_2^44, where its
+/// truncation's wrap vanishes and no strings are sent. Join: (b1 − b0)·P + (1 − b1)·x, one
 /// fused sum of products in Z_2^(f+14), lifted to Z_2^64 (2; |x| < 2^12 keeps every joined
 /// value within the lift's ±2^(f+12)). The narrow join costs a round and saves 318 bits:
 /// the B2A's words, the final truncation's strings and word all shrink to 32 bits or
@@ -771,14 +786,15 @@ const CHEB_JOIN_HEADROOM_BITS: u32 = 14;
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): 237 (the two
 /// comparisons at 17 bits with the two-round first layer, y input once: 17 + 2·(32 + 78)),
 /// 2·96 (two-round B2A into Z_2^32), w (summed in Z_2^64, truncated into Z_2^61: 128 + 61 +
-/// 4·22 = 277), T_2 (in Z_2^61: 122 + 61 + 4·17 = 251), Q (122 + 61 + 4·21 = 267)
-/// (`GELU_POWER_RING_BITS`), the final fused products, their second factors and the
-/// linear part cut locally by 18 bits, summed in Z_2^43 and truncated by 20 into Z_2^32
-/// (2·43 + 32 + 4·9 = 154) and the join's lift (2·32 + 64 + 4·32 = 256): **1634** (1842
-/// with two separate one-round comparisons in Z_2^18 and the join in Z_2^33, 1905 with
-/// the powers and the final sum over Z_2^64 as well, 2184 with the join over Z_2^64 in 9
-/// rounds; 2700 for [`gelu_precise`]); **Bytes**: 1634·n/24 per party = 68 1⁄12 per
-/// element (exact for n divisible by 24).
+/// 4·22 = 277), T_2 (from Z_2^61 into Z_2^44: 122 + 44 = 166, `GELU_T2_RING_BITS`), Q
+/// (summed in Z_2^44, into Z_2^61: 88 + 61 + 4·38 = 301; `GELU_POWER_RING_BITS`), the
+/// final fused products, their second factors and the linear part cut locally by 18
+/// bits, summed in Z_2^43 and truncated by 20 into Z_2^32 (2·43 + 32 + 4·9 = 154) and the
+/// join's lift (2·32 + 64 + 4·32 = 256): **1583** (1634 with T_2 in Z_2^61, 1842 with two
+/// separate one-round comparisons in Z_2^18 and the join in Z_2^33 as well, 1905 with the
+/// powers and the final sum over Z_2^64, 2184 with the join over Z_2^64 in 9 rounds; 2700
+/// for [`gelu_precise`]); **Bytes**: 1583·n/24 per party = 65 23⁄24 per element (exact
+/// for n divisible by 24).
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 26 fractional bits; `Protocol` if a message is
@@ -804,7 +820,7 @@ pub const fn gelu_chebyshev_input_bits(f: u32) -> u32 {
 ///
 /// Rounds: 10. Bits per element, summed over the parties (f = 18): those of
 /// [`gelu_chebyshev`] with w's product summed in Z_2^k (2k + 61 + 4·(86 − k) instead of
-/// 277) and the lift at 2·32 + m + 4·(m − 32): 1594 for k = 64 and m = 56, 1630 for
+/// 277) and the lift at 2·32 + m + 4·(m − 32): 1543 for k = 64 and m = 56, 1579 for
 /// k = 46 ([`gelu_chebyshev_input_bits`] at f = 18) and m = 56.
 ///
 /// # Errors
@@ -849,7 +865,8 @@ pub async fn gelu_chebyshev_into(
     // The constant at 2p + q bits, the linear terms at p + q (they multiply p-bit
     // shares), the products' second factors at q (their products land at 2p + q).
     let enc = |i: usize, bits: u32| encode_at(k.get(i).copied().unwrap_or(0.0), bits);
-    let ka = [enc(0, big)?, enc(1, p + q)?, enc(2, p + q)?, enc(3, p + q)?];
+    // k_0, k_1 and k_3 (T_2's k_2 joins the sum uncut, below).
+    let ka = [enc(0, big)?, enc(1, p + q)?, enc(3, p + q)?];
     let kb = [enc(4, q)?, enc(5, q)?, enc(6, q)?, enc(7, q)?];
     let one = 1u64 << p;
     let half_x = 1u64 << (big - f - 1); // x (f bits) ↦ x/2 at 2p + q bits
@@ -870,28 +887,31 @@ pub async fn gelu_chebyshev_into(
         let w =
             super::mul::mul_trunc_in(c, x, &x.scale(k_scale), 2 * f + s - p, (input, pr)).await?;
         let w = w.add_public_scalar(one.wrapping_neg());
-        // 2w² at p bits, then T_2 = 2w² − 1.
-        let t2 = super::mul::square_trunc_in(c, &w, p - 1, (pr, pr)).await?;
+        // 2w² at p bits, then T_2 = 2w² − 1, made where the truncation's wrap vanishes
+        // (`GELU_T2_RING_BITS`): no strings.
+        let t2_ring = Width::new(GELU_T2_RING_BITS).ok_or(Error::bug("T_2 ring"))?;
+        let t2 = super::mul::square_trunc_in(c, &w, p - 1, (pr, t2_ring)).await?;
         let t2 = t2.add_public_scalar(one.wrapping_neg());
-        // Q = T_2·(8T_2 + 8a·w)/8 at p bits (8a is an integer).
+        // Q = T_2·(8T_2 + 8a·w)/8 at p bits (8a is an integer), summed in T_2's ring.
         let q_share = super::mul::mul_trunc_in(
             c,
             &t2,
             &lincomb(&[(&t2, 8), (&w, a8 as u64)], 0)?,
             p + 3,
-            (pr, pr),
+            (t2_ring, pr),
         )
         .await?;
-        // Σ k_i·(basis)_i at 2p + q bits: the products' local cross terms, then the linear
-        // part and x/2, all reshared and truncated to f bits at once.
-        let bq = lincomb(&[(&w, kb[1]), (&t2, kb[2]), (&q_share, kb[3])], 0)?;
-        let bt = w.scale(kb[0]);
-        let a_part = lincomb(
-            &[(x, half_x), (&w, ka[1]), (&t2, ka[2]), (&q_share, ka[3])],
-            ka[0],
-        )?;
+        // Σ k_i·(basis)_i at 2p + q bits: the products' local cross terms, grouped as
+        // Q·(k_5·w + k_7·Q) + T_2·(k_4·w + k_6·Q) so that T_2 is never a cut factor, then
+        // the linear part and x/2, all reshared and truncated to f bits at once; T_2's
+        // linear term joins uncut, its coefficient at the sum's 2p + q − cut bits.
+        let bq = lincomb(&[(&w, kb[1]), (&q_share, kb[3])], 0)?;
+        let bt = lincomb(&[(&w, kb[0]), (&q_share, kb[2])], 0)?;
+        let a_part = lincomb(&[(x, half_x), (&w, ka[1]), (&q_share, ka[2])], ka[0])?;
+        let t2_part = t2.scale(enc(2, big - GELU_FINAL_CUT - p)?);
         let cut = (GELU_FINAL_CUT, GELU_FINAL_SUM_BITS);
-        cut_fused_sum(c, &[(&q_share, &bq), (&t2, &bt)], &a_part, big, cut, ring).await
+        let products = [(&q_share, &bq), (&t2, &bt)];
+        cut_fused_sum(c, &products, (&a_part, &t2_part), big, cut, ring).await
     };
     let (bits, poly) = try_join(branch_a, branch_b).await?;
     join_pieces(
@@ -1054,15 +1074,16 @@ const SILU_CMP_RING_BITS: u32 = 17;
 const SILU_FINAL_CUT: u32 = 20;
 /// The ring of [`silu_chebyshev`]'s final sum (see `SILU_FINAL_CUT`).
 const SILU_FINAL_SUM_BITS: u32 = 42;
-/// The ring in which [`silu_chebyshev`] makes v, {a_3, T_2²} and Q: the final sum reads
+/// The ring in which [`silu_chebyshev`] makes v and {a_3, T_2²}: the final sum reads
 /// them mod 2^(`SILU_FINAL_SUM_BITS` + `SILU_FINAL_CUT`) = 2^62 only, and they stay
-/// far inside it (every product below 2^50 raw before its truncation).
+/// far inside it (every product below 2^50 raw before its truncation). Q, never a cut
+/// factor, is made in the final sum's ring.
 const SILU_POWER_RING_BITS: u32 = SILU_FINAL_SUM_BITS + SILU_FINAL_CUT;
 /// Bits above the f fractional bits of [`silu_chebyshev`]'s join ring Z_2^(f+2), in which
 /// r·G is taken before its lift to Z_2^64: |G| < 0.3 wherever r = 1, within ±2^f.
 const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 
-/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2374 bits per element (the softmax-based
+/// SiLU(x) = x·σ(x) to 1.5e-4 in 16 rounds and 2282 bits per element (the softmax-based
 /// SiLU it replaced, σ as a softmax over [x, 0]: 36 rounds, 13,176 bits, 1.4e-5·max(|x|, 1)): SiLU(x) = ReLU(x) − g(|x|) with g(t) = t·σ(−t) = t/(1 + e^t), smooth on
 /// t ≥ 0 and below 1.3e-4 beyond t = 11.44, replaced by a degree-12 polynomial G on
 /// [0, 11.44) and by 0 beyond. This crate's design (docs/PROTOCOLS.md, Chebyshev SiLU).
@@ -1083,9 +1104,10 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// Q = T_4² (2); then G = Σ k·(1, z, T_2, a_3, T_4, Q) + T_4·(m·(z, T_2, a_3)) +
 /// Q·(n·(z, T_2, a_3, T_4)) as the local cross terms of two products plus the linear part,
 /// the second factors cut locally to 22 fractional bits and the linear part to 40
-/// (`SILU_FINAL_CUT`), summed in Z_2^42 and truncated to f bits at once (2): rounds 9 to
-/// 14. v and the powers are made in Z_2^62 (`SILU_POWER_RING_BITS`), all the final sum
-/// reads. G is truncated into the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap
+/// (`SILU_FINAL_CUT`; Q's linear term joins uncut), summed in Z_2^42 and truncated to f
+/// bits at once (2): rounds 9 to 14. v, a_3 and T_2² are made in Z_2^62
+/// (`SILU_POWER_RING_BITS`), all the final sum reads through its cut factors; Q, only a
+/// first factor, in Z_2^42, where its truncation's wrap vanishes. G is truncated into the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap
 /// vanishes, so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut
 /// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
 /// Join: y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted
@@ -1103,11 +1125,13 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·191 (LT in
 /// Z_2^17), 192 (the sign's two-round B2A) + 80 (the range bit's, into Z_2^20), 192
 /// (s·x), v (from Z_2^64 into Z_2^62: 128 + 62 + 4·21 = 274), {a_3, T_2²} (in Z_2^62:
-/// 2·(124 + 62 + 4·30) = 612), Q (124 + 62 + 4·18 = 258), the final fused products summed
+/// 2·(124 + 62 + 4·30) = 612), Q (from Z_2^62 into the final sum's Z_2^42, where its
+/// truncation's wrap vanishes: 124 + 42 = 166; Q is only a first factor and a linear term
+/// there, which joins uncut), the final fused products summed
 /// in Z_2^42 and truncated by 22 into Z_2^20 (2·42 + 20 = 104) and the join's lift
-/// (2·20 + 64 + 4·44 = 280): **2374** (2510 in 15 rounds with the one-round B2A and the
+/// (2·20 + 64 + 4·44 = 280): **2282** (2374 with Q in Z_2^62, 2510 in 15 rounds with the one-round B2A and the
 /// powers and final sum over Z_2^64, 2746 with the join over Z_2^64; 13,176 for the
-/// softmax-based SiLU); **Bytes**: 2374·n/24 per party = 98 11⁄12 per element (exact for
+/// softmax-based SiLU); **Bytes**: 2282·n/24 per party = 95 1⁄12 per element (exact for
 /// n divisible by 24). Its comparisons keep the one-round first layer: the sign is on the
 /// critical path, and the range test has no round to spare beside the powers.
 ///
@@ -1124,7 +1148,7 @@ pub async fn silu_chebyshev(ctx: &mut Ctx, x: &Shares) -> Result<Shares, Error> 
 /// SiLU(x) as a signed value mod 2^m.
 ///
 /// Rounds: 16. Bits per element, summed over the parties (f = 18): those of
-/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2334 for m = 56.
+/// [`silu_chebyshev`] with the lift at 2·20 + m + 4·(m − 20): 2242 for m = 56.
 ///
 /// # Errors
 /// As [`silu_chebyshev`], and `Misuse` unless m is above the join ring's f + 2 bits.
@@ -1158,7 +1182,8 @@ pub async fn silu_chebyshev_into(
         encode_at(c(2), big - pz)?,
         encode_at(c(3), p + q)?,
         encode_at(c(4), p + q)?,
-        encode_at(c(5), p + q)?,
+        // Q's term joins the sum uncut, at its 2p + q − cut bits.
+        encode_at(c(5), big - SILU_FINAL_CUT - p)?,
     ];
     let km = [
         encode_at(c(6), p + q - pz)?,
@@ -1238,23 +1263,29 @@ pub async fn silu_chebyshev_into(
         .await?;
         let (a3, sq) = both.split_at(n)?;
         let t4 = sq.scale(2).add_public_scalar(one_p.wrapping_neg());
-        let q4 = super::mul::square_trunc_in(c, &t4, p, (pr, pr)).await?;
+        // Q is only a first factor and a linear term of the final sum, so it is made in
+        // the sum's ring, where its truncation's wrap vanishes: no strings.
+        let sum_ring = Width::new(SILU_FINAL_SUM_BITS).ok_or(Error::bug("final sum ring"))?;
+        let q4 = super::mul::square_trunc_in(c, &t4, p, (pr, sum_ring)).await?;
         // G at 2p + q bits: the two products' local cross terms plus the linear part, then
         // one reshare with the truncation to f bits.
         let lin = lincomb(
-            &[
-                (&z, kl[1]),
-                (&t2, kl[2]),
-                (&a3, kl[3]),
-                (&t4, kl[4]),
-                (&q4, kl[5]),
-            ],
+            &[(&z, kl[1]), (&t2, kl[2]), (&a3, kl[3]), (&t4, kl[4])],
             kl[0],
         )?;
+        let q_part = q4.scale(kl[5]);
         let bm = lincomb(&[(&z, km[0]), (&t2, km[1]), (&a3, km[2])], 0)?;
         let bn = lincomb(&[(&z, kn[0]), (&t2, kn[1]), (&a3, kn[2]), (&t4, kn[3])], 0)?;
         let cut = (SILU_FINAL_CUT, SILU_FINAL_SUM_BITS);
-        cut_fused_sum(c, &[(&t4, &bm), (&q4, &bn)], &lin, big, cut, ring).await
+        cut_fused_sum(
+            c,
+            &[(&t4, &bm), (&q4, &bn)],
+            (&lin, &q_part),
+            big,
+            cut,
+            ring,
+        )
+        .await
     };
     let (bits, g) = try_join(range, poly).await?;
     let r = bits.first().ok_or(Error::bug("one range bit"))?;
