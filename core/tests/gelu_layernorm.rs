@@ -803,6 +803,34 @@ fn gelu_chebyshev_pinned_cost() {
     }
 }
 
+/// The Chebyshev GeLU in other fixed-point formats than f = 18: its powers keep 18
+/// fractional bits whatever f is, so the error stays the fit's and the cut's (1.3e-4)
+/// plus the output's own rounding, below 2 ulps of 2^−f (at f = 12 the output grid,
+/// 2.4e-4, is coarser than the fit). Points: [−8, 8] in steps of 2^−7, both sides of the
+/// cuts and two values far outside, decoded at each format.
+#[test]
+fn gelu_chebyshev_accuracy_in_other_formats() {
+    let mut xs: Vec<f64> = (-1024..=1024).map(|i| f64::from(i) / 128.0).collect();
+    xs.extend_from_slice(&[-4.125, -4.0, 3.999, 4.0, 4.1874, -100.0, 100.0]);
+    for f in [12u32, 16, 22, 26] {
+        let format = FixedPoint::new(f).unwrap();
+        let raw = format.encode_slice(&xs).unwrap();
+        let seed = 40 + u64::from(f);
+        let (y, _) =
+            crate::norm_activations::run_at(seed, format, raw.clone(), |mut ctx, x| async move {
+                proto::gelu_chebyshev(&mut ctx, &x, proto::GeluForm::Erf).await
+            });
+        let mut worst = 0.0f64;
+        for (&r, &yv) in raw.iter().zip(&y) {
+            let x = format.decode(r);
+            worst = worst.max((format.decode(yv) - gelu_exact(x)).abs());
+        }
+        println!("gelu_chebyshev at f = {f}: max |err| {worst:.3e}");
+        let bound = 1.3e-4 + 2.0 * (-f64::from(f)).exp2();
+        assert!(worst <= bound, "f = {f}: {worst} > {bound}");
+    }
+}
+
 /// Formats outside 12..=26 fractional bits are typed errors for the Chebyshev GeLU (its
 /// truncations and its 13·x² at 2f bits need them), not wrong outputs.
 #[test]
