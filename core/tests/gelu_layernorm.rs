@@ -820,11 +820,7 @@ fn gelu_chebyshev_accuracy_in_other_formats() {
             crate::norm_activations::run_at(seed, format, raw.clone(), |mut ctx, x| async move {
                 proto::gelu_chebyshev(&mut ctx, &x, proto::GeluForm::Erf).await
             });
-        let mut worst = 0.0f64;
-        for (&r, &yv) in raw.iter().zip(&y) {
-            let x = format.decode(r);
-            worst = worst.max((format.decode(yv) - gelu_exact(x)).abs());
-        }
+        let worst = crate::norm_activations::max_error(format, &raw, &y, gelu_exact);
         println!("gelu_chebyshev at f = {f}: max |err| {worst:.3e}");
         let bound = 1.3e-4 + 2.0 * (-f64::from(f)).exp2();
         assert!(worst <= bound, "f = {f}: {worst} > {bound}");

@@ -34,6 +34,15 @@ where
     run_at(seed, fx(), vals, g)
 }
 
+/// The largest |y − exact(x)| over the raw inputs and their opened outputs, both decoded
+/// at `format` (also the other files' helper for formats other than f = 18).
+pub(crate) fn max_error(format: FixedPoint, raw: &[u64], y: &[u64], exact: fn(f64) -> f64) -> f64 {
+    raw.iter()
+        .zip(y)
+        .map(|(&r, &yv)| (format.decode(yv) - exact(format.decode(r))).abs())
+        .fold(0.0, f64::max)
+}
+
 /// [`run_on`] in a session of fixed-point format `fixed` (also the other files' helper
 /// for formats other than f = 18).
 pub(crate) fn run_at<G, Fut>(
@@ -489,11 +498,7 @@ fn silu_chebyshev_accuracy_in_other_formats() {
             raw.clone(),
             |mut ctx, x| async move { proto::silu_chebyshev(&mut ctx, &x).await },
         );
-        let mut worst = 0.0f64;
-        for (&r, &yv) in raw.iter().zip(&y) {
-            let x = format.decode(r);
-            worst = worst.max((format.decode(yv) - silu_exact(x)).abs());
-        }
+        let worst = max_error(format, &raw, &y, silu_exact);
         println!("silu_chebyshev at f = {f}: max |err| {worst:.3e}");
         let bound = 1.5e-4 + 2.0 * (-f64::from(f)).exp2();
         assert!(worst <= bound, "f = {f}: {worst} > {bound}");

@@ -138,6 +138,9 @@ async fn cut_fused_sum(
         .map(|((x, _), y)| (*x, y))
         .collect();
     let mut z = fused_cross_terms(&terms)?;
+    if linear.len() != z.len() || uncut.len() != z.len() {
+        return Err(Error::bug("final sum's linear parts of another length"));
+    }
     for ((zk, lk), uk) in z
         .iter_mut()
         .zip(shift_components(linear, cut).a())
@@ -1107,8 +1110,9 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// (`SILU_FINAL_CUT`; Q's linear term joins uncut), summed in Z_2^42 and truncated to f
 /// bits at once (2): rounds 9 to 14. v, a_3 and T_2² are made in Z_2^62
 /// (`SILU_POWER_RING_BITS`), all the final sum reads through its cut factors; Q, only a
-/// first factor, in Z_2^42, where its truncation's wrap vanishes. G is truncated into the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap
-/// vanishes, so the truncation sends no strings. Concurrently, r = `[t < 183/16]` on t cut
+/// first factor, in Z_2^42, where its truncation's wrap vanishes. G is truncated into
+/// the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap vanishes, so the truncation
+/// sends no strings. Concurrently, r = `[t < 183/16]` on t cut
 /// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
 /// Join: y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted
 /// to Z_2^64 (2): rounds 15 and 16.
@@ -1129,8 +1133,9 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// truncation's wrap vanishes: 124 + 42 = 166; Q is only a first factor and a linear term
 /// there, which joins uncut), the final fused products summed
 /// in Z_2^42 and truncated by 22 into Z_2^20 (2·42 + 20 = 104) and the join's lift
-/// (2·20 + 64 + 4·44 = 280): **2282** (2374 with Q in Z_2^62, 2510 in 15 rounds with the one-round B2A and the
-/// powers and final sum over Z_2^64, 2746 with the join over Z_2^64; 13,176 for the
+/// (2·20 + 64 + 4·44 = 280): **2282** (2374 with Q in Z_2^62, 2510 in 15 rounds with the
+/// one-round B2A and the powers and final sum over Z_2^64, 2746 with the join over
+/// Z_2^64; 13,176 for the
 /// softmax-based SiLU); **Bytes**: 2282·n/24 per party = 95 1⁄12 per element (exact for
 /// n divisible by 24). Its comparisons keep the one-round first layer: the sign is on the
 /// critical path, and the range test has no round to spare beside the powers.
