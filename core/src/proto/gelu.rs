@@ -1112,8 +1112,8 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// (`SILU_POWER_RING_BITS`), all the final sum reads through its cut factors; Q, only a
 /// first factor, in Z_2^42, where its truncation's wrap vanishes. G is truncated into
 /// the join ring Z_2^(f+2), where its 2^(42−22)-weighted wrap vanishes, so the truncation
-/// sends no strings. Concurrently, r = `[t < 183/16]` on t cut
-/// to 4 fractional bits in Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
+/// sends no strings. Concurrently, r = `[t < 183/16]` on t cut to 4 fractional bits in
+/// Z_2^17 (5) and its B2A into Z_2^(f+2) (1): rounds 9 to 14.
 /// Join: y = ReLU − r·G, the product taken in Z_2^(f+2) (|G| < 0.3 where r = 1) and lifted
 /// to Z_2^64 (2): rounds 15 and 16.
 /// The range test reads every t < 11.4375 as in range and every t ≥ 11.5625 as out.
@@ -1121,10 +1121,10 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// **Error** (measured, tests/norm_activations.rs, 240,374 points: [−30, 30] in steps of
 /// 5e-4, [−12, 12] in steps of 2^-12, LLaMA-like gate inputs, the cuts, values out to
 /// ±4095.8): max |y − SiLU(x)| 1.46e-4 (fit 1.41e-4 on [−3/16, 185/16]; the cut at 11.4375
-/// costs g(11.4375) = 1.23e-4; the final sum's cut factors at most 9.5e-7). Outputs are exactly 0 for x ≤ −11.5625 and exactly x for
-/// x ≥ 11.5625. **Range**: |x| < 4095.875 (the comparisons in Z_2^17; the softmax-based
-/// SiLU's was |x| < 4096); powers of t outside the fit may wrap the ring,
-/// harmlessly, since r is exactly 0 there.
+/// costs g(11.4375) = 1.23e-4; the final sum's cut factors at most 9.5e-7). Outputs are
+/// exactly 0 for x ≤ −11.5625 and exactly x for x ≥ 11.5625. **Range**: |x| < 4095.875
+/// (the comparisons in Z_2^17; the softmax-based SiLU's was |x| < 4096); powers of t
+/// outside the fit may wrap the ring, harmlessly, since r is exactly 0 there.
 ///
 /// Rounds: **16**. Bits per element, summed over the parties (f = 18): 2·191 (LT in
 /// Z_2^17), 192 (the sign's two-round B2A) + 80 (the range bit's, into Z_2^20), 192
@@ -1135,10 +1135,10 @@ const SILU_JOIN_HEADROOM_BITS: u32 = 2;
 /// in Z_2^42 and truncated by 22 into Z_2^20 (2·42 + 20 = 104) and the join's lift
 /// (2·20 + 64 + 4·44 = 280): **2282** (2374 with Q in Z_2^62, 2510 in 15 rounds with the
 /// one-round B2A and the powers and final sum over Z_2^64, 2746 with the join over
-/// Z_2^64; 13,176 for the
-/// softmax-based SiLU); **Bytes**: 2282·n/24 per party = 95 1⁄12 per element (exact for
-/// n divisible by 24). Its comparisons keep the one-round first layer: the sign is on the
-/// critical path, and the range test has no round to spare beside the powers.
+/// Z_2^64; 13,176 for the softmax-based SiLU); **Bytes**: 2282·n/24 per party = 95 1⁄12
+/// per element (exact for n divisible by 24). Its comparisons keep the one-round first
+/// layer: the sign is on the critical path, and the range test has no round to spare
+/// beside the powers.
 ///
 /// # Errors
 /// `Misuse` unless the session has 12 to 21 fractional bits; `Protocol` if a message is
