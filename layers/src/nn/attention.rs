@@ -182,18 +182,18 @@ pub(crate) fn starts(lens: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Gather indices of `heads` heads of width `dim` starting at column `offset` of `rows`
-/// rows of width `width`, laid out `heads × rows × dim`.
+/// Gather indices of `heads` heads of width `dim` starting at column `offset` of the rows
+/// `rows` (indices of rows of width `width`), laid out `heads × rows.len() × dim`.
 pub(crate) fn split_heads(
-    rows: usize,
+    rows: &[usize],
     width: usize,
     offset: usize,
     heads: usize,
     dim: usize,
 ) -> Vec<usize> {
-    let mut idx = Vec::with_capacity(heads * rows * dim);
+    let mut idx = Vec::with_capacity(heads * rows.len() * dim);
     for h in 0..heads {
-        for i in 0..rows {
+        for &i in rows {
             idx.extend((0..dim).map(|j| i * width + offset + h * dim + j));
         }
     }
@@ -215,20 +215,21 @@ pub(crate) fn transpose(rows: usize, cols: usize) -> Vec<usize> {
 }
 
 /// Causal attention of `rows` new positions over the cached ones and themselves, for
-/// `layer` of `cache`: `q` is `heads.q × rows × dim`, `k_new` and `v_new` are
-/// `heads.kv × rows × dim` (positional encoding already applied). Appends the new keys and
-/// values to the cache (the caller advances its length once all layers ran). Query heads
-/// of one KV head are stacked as `group·rows` rows of one product. Returns
-/// `rows × (heads.q·dim)`.
+/// `layer` of `cache`, with queries for the last `queries` of them only: `q` is
+/// `heads.q × queries × dim`, `k_new` and `v_new` are `heads.kv × rows × dim` (positional
+/// encoding already applied). Appends the new keys and values to the cache (the caller
+/// advances its length once all layers ran). Query heads of one KV head are stacked as
+/// `group·queries` rows of one product. Returns `queries × (heads.q·dim)`.
 ///
 /// # Errors
-/// `Misuse` for mismatched lengths; `Protocol` on a malformed message.
+/// `Misuse` for mismatched lengths or more queries than rows; `Protocol` on a malformed
+/// message.
 #[allow(clippy::too_many_arguments)]
 pub async fn causal(
     ctx: &mut Ctx,
     heads: Heads,
     (q, k_new, v_new): (&Shares, &Shares, &Shares),
-    rows: usize,
+    (rows, queries): (usize, usize),
     cache: &mut KvCache,
     layer: usize,
     exp: ExpApprox,
@@ -237,6 +238,9 @@ pub async fn causal(
     let (hd, kvh, g) = (heads.dim, heads.kv, heads.group());
     let past = cache.len;
     let total = past + rows;
+    let skipped = rows
+        .checked_sub(queries)
+        .ok_or(Error::misuse("more queries than new positions"))?;
     while cache.layers.len() <= layer {
         cache.layers.push(LayerKv::default());
     }
@@ -258,21 +262,21 @@ pub async fn causal(
     }
     let kt = Shares::concat(&kt_parts.iter().collect::<Vec<_>>())?;
     let vcat = Shares::concat(&lkv.values.iter().collect::<Vec<_>>())?;
-    // Row i of every query head (position past + i) sees keys 0..=past + i.
+    // Query i of every head (position past + skipped + i) sees keys 0..=past + skipped + i.
     let valid: Vec<usize> = (0..heads.q)
-        .flat_map(|_| (0..rows).map(move |i| past + i + 1))
+        .flat_map(|_| (0..queries).map(move |i| past + skipped + i + 1))
         .collect();
     let out = attend(
         ctx,
         (q, &kt, &vcat),
         kvh,
-        (g * rows, hd, total),
+        (g * queries, hd, total),
         &valid,
         exp,
         costs,
     )
     .await?;
-    out.gather(&merge_heads(rows, heads.q, hd))
+    out.gather(&merge_heads(queries, heads.q, hd))
 }
 
 /// Bidirectional attention over a batch of sequences of public lengths `lens`, from the

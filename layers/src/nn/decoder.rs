@@ -668,23 +668,31 @@ impl SharedDecoder {
     /// Evaluates the blocks on `x`, the new rows of a batch of sequences: sequence s has
     /// `rows[s]` rows at positions `caches[s].len()..` (rows in sequence order), attends
     /// over its own cache only, and extends it. All sequences share every round. Returns
-    /// the residual stream before the final norm.
+    /// the residual stream before the final norm of the rows whose output is read: the
+    /// last `out_rows[s]` of each sequence, in sequence order (the last block computes no
+    /// other row after its keys and values; see [`StepLayout::new`]).
+    ///
+    /// # Errors
+    /// `Misuse` unless each sequence reads 1 to `rows[s]` rows; `Protocol` on a malformed
+    /// message.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn blocks_forward(
         &self,
         ctx: &mut Ctx,
         mut x: Shares,
         caches: &mut [&mut KvCache],
-        seq_rows: &[usize],
+        (seq_rows, out_rows): (&[usize], &[usize]),
         settings: &SecureSettings,
         costs: &mut LayerCosts,
         step: usize,
         observer: Option<&Observer>,
     ) -> Result<Shares, Error> {
-        let layout = StepLayout::new(ctx, &self.spec, caches, seq_rows)?;
+        let layout = StepLayout::new(ctx, &self.spec, caches, seq_rows, out_rows)?;
+        let layers = self.blocks.len();
         for (layer, blk) in self.blocks.iter().enumerate() {
+            let last = layer + 1 == layers;
             x = blk
-                .forward(ctx, &self.spec, &layout, layer, x, caches, settings, costs)
+                .forward(ctx, &self.spec, &layout, (layer, last), x, caches, settings, costs)
                 .await?;
             if let Some(obs) = observer {
                 obs(Progress::Layer { step, layer });
@@ -708,18 +716,41 @@ pub(super) struct StepLayout {
     gate_idx: Vec<usize>,
     up_idx: Vec<usize>,
     rope: Option<(RopeMap, RopeMap)>,
+    out: Option<OutRows>,
+}
+
+/// The rows of a step whose output is read (each sequence's last few), when they are not
+/// all of them: the last block makes queries, attention, MLP and residual for these only.
+struct OutRows {
+    /// Per sequence, how many of its last rows.
+    seq_rows: Vec<usize>,
+    /// Where each sequence's rows start among them.
+    firsts: Vec<usize>,
+    /// Their indices among the step's rows, in order.
+    rows: Vec<usize>,
+    /// Gather indices of their queries in the `[q | k | v]` projection, `heads × rows × dim`.
+    q_idx: Vec<usize>,
+    /// The rotary map of their queries.
+    rope_q: Option<RopeMap>,
 }
 
 impl StepLayout {
-    /// The layout of a step whose sequence s adds `seq_rows[s]` rows to `caches[s]`.
+    /// The layout of a step whose sequence s adds `seq_rows[s]` rows to `caches[s]` and
+    /// whose output is read on its last `out_rows[s]` rows only (the pick after the last
+    /// token and after each draft). Every block needs every row's keys and values, but no
+    /// later layer reads the last block's other rows, so it makes neither their queries
+    /// nor anything after the attention: for a prompt of n tokens, n − 1 rows fewer of the
+    /// most expensive part of one block (docs/ARCHITECTURE.md, Decoder path).
     ///
     /// # Errors
-    /// `Misuse` unless there is one cache and at least one row per sequence.
+    /// `Misuse` unless there is one cache, at least one row per sequence and 1 to
+    /// `seq_rows[s]` output rows.
     pub(super) fn new(
         ctx: &Ctx,
         spec: &DecoderSpec,
         caches: &[&mut KvCache],
         seq_rows: &[usize],
+        out_rows: &[usize],
     ) -> Result<StepLayout, Error> {
         let h = spec.heads;
         let (qw, kvw) = (h.q_width(), h.kv_width());
@@ -729,8 +760,39 @@ impl StepLayout {
                 "a batched step needs one cache and at least one row per sequence",
             ));
         }
+        if out_rows.len() != seq_rows.len()
+            || out_rows.iter().zip(seq_rows).any(|(&o, &r)| o == 0 || o > r)
+        {
+            return Err(Error::misuse(
+                "a step reads 1 to all of each sequence's rows",
+            ));
+        }
         let rows: usize = seq_rows.iter().sum();
         let positions = batch_positions(caches, seq_rows);
+        let firsts = attention::starts(seq_rows);
+        let out = if out_rows == seq_rows {
+            None
+        } else {
+            let kept: Vec<usize> = firsts
+                .iter()
+                .zip(seq_rows.iter().zip(out_rows))
+                .flat_map(|(&first, (&r, &o))| first + r - o..first + r)
+                .collect();
+            let rope_q = match spec.positions {
+                Positions::Rotary { theta } => {
+                    let at: Vec<usize> = kept.iter().filter_map(|&i| positions.get(i).copied()).collect();
+                    Some(RopeMap::new(h.q, &at, h.dim, theta, ctx.fixed())?)
+                }
+                Positions::Learned => None,
+            };
+            Some(OutRows {
+                seq_rows: out_rows.to_vec(),
+                firsts: attention::starts(out_rows),
+                q_idx: split_heads(&kept, width, 0, h.q, h.dim),
+                rows: kept,
+                rope_q,
+            })
+        };
         let (gate_idx, up_idx): (Vec<usize>, Vec<usize>) = if spec.gated {
             let i = spec.inner;
             (0..rows)
@@ -749,17 +811,19 @@ impl StepLayout {
             }
             Positions::Learned => None,
         };
+        let all: Vec<usize> = (0..rows).collect();
         Ok(StepLayout {
             seq_rows: seq_rows.to_vec(),
             rows,
             // Sequence s's rows within the heads-major layout `heads × rows × dim`.
-            firsts: attention::starts(seq_rows),
-            q_idx: split_heads(rows, width, 0, h.q, h.dim),
-            k_idx: split_heads(rows, width, qw, h.kv, h.dim),
-            v_idx: split_heads(rows, width, qw + kvw, h.kv, h.dim),
+            firsts,
+            q_idx: split_heads(&all, width, 0, h.q, h.dim),
+            k_idx: split_heads(&all, width, qw, h.kv, h.dim),
+            v_idx: split_heads(&all, width, qw + kvw, h.kv, h.dim),
             gate_idx,
             up_idx,
             rope,
+            out,
         })
     }
 
@@ -773,14 +837,15 @@ impl StepLayout {
 
 impl Block {
     /// This block, layer `layer` of a decoder of shape `spec`, on the residual stream `x`
-    /// of a step laid out as `layout`; returns the stream after it.
+    /// of a step laid out as `layout`; returns the stream after it: of every row, or with
+    /// `last` (the decoder's last block) of the layout's output rows only.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn forward(
         &self,
         ctx: &mut Ctx,
         spec: &DecoderSpec,
         layout: &StepLayout,
-        layer: usize,
+        (layer, last): (usize, bool),
         mut x: Shares,
         caches: &mut [&mut KvCache],
         settings: &SecureSettings,
@@ -798,9 +863,11 @@ impl Block {
         // at 2f (the rotation, a public linear map, applies before any truncation), at 2f
         // above f: truncated by that shift in the same two rounds as the values by f, with
         // no truncation of their own (docs/ARCHITECTURE.md, Decoder path).
+        let out = layout.out.as_ref().filter(|_| last);
         let s = blk.qkv.summands(ctx, &a, rows).await?;
         let vs = s.gather(&layout.v_idx)?;
-        let (qs, ks) = (s.gather(&layout.q_idx)?, s.gather(&layout.k_idx)?);
+        let q_idx = out.map_or(&layout.q_idx, |o| &o.q_idx);
+        let (qs, ks) = (s.gather(q_idx)?, s.gather(&layout.k_idx)?);
         drop(s);
         let (qk, shift) = match spec.positions {
             Positions::Learned => (Summands::concat(&[&qs, &ks])?, f),
@@ -809,23 +876,38 @@ impl Block {
                     .rope
                     .as_ref()
                     .ok_or(Error::bug("rotary tables missing"))?;
+                let rq = match out {
+                    Some(o) => o.rope_q.as_ref().ok_or(Error::bug("rotary tables missing"))?,
+                    None => rq,
+                };
                 let rotated = [rq.apply_summands(&qs)?, rk.apply_summands(&ks)?];
                 (Summands::concat(&[&rotated[0], &rotated[1]])?, 2 * f)
             }
         };
         drop((qs, ks));
         let (qk, v) = attention::finish_qkv(ctx, qk, shift, vs).await?;
-        let (q, k) = qk.split_at(h.q * rows * h.dim)?;
+        // The rows with queries (all, or the output rows of the last block), per sequence.
+        let (q_rows, q_firsts, q_seq_rows) = match out {
+            Some(o) => (o.rows.len(), &o.firsts, &o.seq_rows),
+            None => (rows, &layout.firsts, &layout.seq_rows),
+        };
+        let (q, k) = qk.split_at(h.q * q_rows * h.dim)?;
         costs.add(LayerKind::Linear, m1, ctx.meter());
         // Each sequence attends over its own cache; the sequences share the rounds.
         let mut forks: Vec<Ctx> = caches.iter().map(|_| ctx.fork()).collect();
         let mut seq_costs = vec![LayerCosts::default(); caches.len()];
         let mut inputs = Vec::with_capacity(caches.len());
-        for (&first, &r) in layout.firsts.iter().zip(&layout.seq_rows) {
+        for ((&first, &r), (&q_first, &qr)) in layout
+            .firsts
+            .iter()
+            .zip(&layout.seq_rows)
+            .zip(q_firsts.iter().zip(q_seq_rows))
+        {
             inputs.push((
-                q.gather(&rows_of_heads(h.q, rows, first, r, h.dim))?,
+                q.gather(&rows_of_heads(h.q, q_rows, q_first, qr, h.dim))?,
                 k.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
                 v.gather(&rows_of_heads(h.kv, rows, first, r, h.dim))?,
+                (r, qr),
             ));
         }
         let outs = puma_core::try_join_all(
@@ -833,9 +915,10 @@ impl Block {
                 .iter_mut()
                 .zip(caches.iter_mut())
                 .zip(seq_costs.iter_mut())
-                .zip(inputs.iter().zip(&layout.seq_rows))
-                .map(|(((c, cache), sc), ((q, k, v), &r))| {
-                    attention::causal(c, h, (q, k, v), r, cache, layer, settings.softmax_exp, sc)
+                .zip(&inputs)
+                .map(|(((c, cache), sc), (q, k, v, shape))| {
+                    let exp = settings.softmax_exp;
+                    attention::causal(c, h, (q, k, v), *shape, cache, layer, exp, sc)
                 })
                 .collect(),
         )
@@ -848,7 +931,13 @@ impl Block {
         }
         let attn = Shares::concat(&outs.iter().collect::<Vec<_>>())?;
         let m3 = ctx.meter();
+        // From here on, only the rows with queries.
+        let rows = q_rows;
         let o = blk.attn_out.forward(ctx, &attn, rows).await?;
+        if let Some(kept) = out {
+            let idx: Vec<usize> = kept.rows.iter().flat_map(|&i| i * d..(i + 1) * d).collect();
+            x = x.gather(&idx)?;
+        }
         x = x.add(&o)?;
         let m4 = ctx.meter();
         costs.add(LayerKind::Linear, m3, m4);
@@ -868,7 +957,13 @@ impl Block {
         };
         let (act_in, up) = if spec.gated {
             let s = blk.mlp_in.summands(ctx, &a2, rows).await?;
-            let (gs, us) = (s.gather(&layout.gate_idx)?, s.gather(&layout.up_idx)?);
+            // The halves' indices run row by row: those of the first `rows` rows lead.
+            let n = rows * spec.inner;
+            let (gate_idx, up_idx) = (
+                layout.gate_idx.get(..n).ok_or(Error::bug("gate indices"))?,
+                layout.up_idx.get(..n).ok_or(Error::bug("up indices"))?,
+            );
+            let (gs, us) = (s.gather(gate_idx)?, s.gather(up_idx)?);
             drop(s);
             let (mut cg, mut cu) = (ctx.fork(), ctx.fork());
             let (gate, up) = puma_core::try_join(
@@ -1109,7 +1204,7 @@ pub async fn forward_logits(
             ctx,
             x,
             &mut [&mut cache],
-            &[len],
+            (&[len], &[len]),
             settings,
             &mut costs,
             0,

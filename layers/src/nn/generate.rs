@@ -343,7 +343,7 @@ pub async fn generate_batch(
     stop: Option<&StopCheck>,
 ) -> Result<Vec<Generation>, Error> {
     let spec = model.spec();
-    let (d, v) = (spec.d, spec.vocab);
+    let v = spec.vocab;
     let (max_new, mode) = (decoding.max_new, decoding.mode);
     if lens.is_empty() {
         return Err(Error::misuse("a batch needs at least one prompt"));
@@ -504,6 +504,10 @@ pub async fn generate_batch(
         let x = model.embed_rows(ctx, &input, &positions).await?;
         costs.add(LayerKind::Embedding, start, ctx.meter());
         let cached_before: Vec<usize> = active.iter().map(|&i| seqs[i].cache.len()).collect();
+        // Only each sequence's last 1 + k positions are read: the pick after the pending
+        // token and after each draft (the blocks return those rows only).
+        let picked_per: Vec<usize> = k.iter().map(|kk| kk + 1).collect();
+        let picked_rows: usize = picked_per.iter().sum();
         let hidden = {
             let mut caches: Vec<&mut KvCache> = seqs
                 .iter_mut()
@@ -515,7 +519,7 @@ pub async fn generate_batch(
                     ctx,
                     x,
                     &mut caches,
-                    &seq_rows,
+                    (&seq_rows, &picked_per),
                     settings,
                     &mut costs,
                     step,
@@ -523,23 +527,8 @@ pub async fn generate_batch(
                 )
                 .await?
         };
-        // Only each sequence's last 1 + k positions are needed: the pick after the
-        // pending token and after each draft.
-        let mut idx = Vec::new();
-        let mut row = 0;
-        for (&r, &kk) in seq_rows.iter().zip(&k) {
-            idx.extend((row + r - 1 - kk) * d..(row + r) * d);
-            row += r;
-        }
-        let picked_rows: usize = k.iter().map(|kk| kk + 1).sum();
         let logits = model
-            .logits(
-                ctx,
-                &hidden.gather(&idx)?,
-                picked_rows,
-                settings,
-                &mut costs,
-            )
+            .logits(ctx, &hidden, picked_rows, settings, &mut costs)
             .await?;
         let m2 = ctx.meter();
         let mut results: Vec<StepResult> = active.iter().map(|_| StepResult::default()).collect();
@@ -583,7 +572,6 @@ pub async fn generate_batch(
                 }
             }
             // Per sequence: the pick of its single row, or the verified drafts' outcome.
-            let picked_per: Vec<usize> = k.iter().map(|kk| kk + 1).collect();
             let row_at = starts(&picked_per);
             let draft_rows_at = starts(&k);
             let spec_seqs: Vec<usize> = (0..active.len()).filter(|&j| k[j] > 0).collect();

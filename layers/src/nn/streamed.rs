@@ -181,7 +181,8 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
 
     // The blocks, each shared just before it runs and dropped after.
     let mut cache = KvCache::default();
-    let layout = StepLayout::new(ctx, &spec, &[&mut cache], &[len])?;
+    // The last block makes the last position only: the head reads nothing else.
+    let layout = StepLayout::new(ctx, &spec, &[&mut cache], &[len], &[1])?;
     for layer in 0..spec.layers {
         let segment = segs
             .next()
@@ -195,7 +196,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
                 ctx,
                 &spec,
                 &layout,
-                layer,
+                (layer, layer + 1 == spec.layers),
                 x,
                 &mut [&mut cache],
                 settings,
@@ -215,13 +216,11 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
         Some(e) => e,
         None => tensors.take(&DecoderTensor::LmHead.name())?,
     };
-    let d = spec.d;
-    let last: Vec<usize> = ((len - 1) * d..len * d).collect();
     let logits = logits_with(
         ctx,
         &spec,
         (&final_norm, &head),
-        &x.gather(&last)?,
+        &x,
         1,
         settings,
         &mut costs,
