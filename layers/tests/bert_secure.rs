@@ -140,6 +140,36 @@ fn tiny_random_bert_secure_padded_batch_within_bounds() {
 }
 
 #[test]
+fn tiny_random_bert_classification_makes_first_tokens_only_in_the_last_layer() {
+    // Only the pooler reads the last layer, so its queries, attention output, MLP and
+    // norms run on each sequence's first token only (4 rows of the 47): the same bounds
+    // as the whole run above. Rounds 11 fewer than it, which also makes the mean-pooled
+    // embeddings.
+    let model = PlainBert::load(&model_dir("bert-tiny-random")).unwrap();
+    let r = Reference::load("bert-tiny-random");
+    let batch = r.batch("batch");
+    let heads_only = Outputs {
+        hidden: false,
+        pooled: true,
+        logits: true,
+        embeddings: false,
+    };
+    let (out, rounds, bytes) = secure_run(&model, &batch, heads_only);
+    assert!(out.hidden.is_none() && out.embeddings.is_none());
+    let pooled = to_matrix(out.pooled.as_ref().unwrap(), 64);
+    let logits = to_matrix(out.logits.as_ref().unwrap(), 2);
+    let dp = max_diff_rows(&pooled, &r.matrix("batch.pooler_output"), None);
+    let dl = max_diff_rows(&logits, &r.matrix("batch.logits"), None);
+    eprintln!(
+        "tiny secure batch 4x17, heads only: pooler {dp:.2e} logits {dl:.2e}; {rounds} rounds, bytes {bytes:?}"
+    );
+    assert!(dp <= 5e-3, "pooler {dp}");
+    assert!(dl <= 5e-4, "logits {dl}");
+    assert_eq!(rounds, 183);
+    assert_eq!(bytes, [2_859_666, 19_262_668, 2_809_654]);
+}
+
+#[test]
 fn minilm_secure_embeddings_match_reference() {
     let Some(dir) = minilm_dir() else { return };
     let model = PlainBert::load(&dir).unwrap();

@@ -78,14 +78,17 @@ fn cached_next_token_equals_recomputation_and_is_cheap() {
         "cached step {step2} bytes, recomputation {recompute} bytes, per-position tail {tail} bytes"
     );
     // The prompt's input costs 592 bytes per token since it is dealt as point-function
-    // keys (it was 402 KB per token as masked one-hot rows, most of a recomputation here),
-    // so the whole-step ratio is 5.5 and the ratio without the tail 22.
+    // keys (it was 402 KB per token as masked one-hot rows, most of a recomputation here).
+    // The recomputation's last block makes only its last row after the keys and values,
+    // as the cached step does (on this 2-layer model that halved the recomputation's
+    // block bytes), so the whole-step ratio is 3.4 and the ratio without the tail 12.9
+    // (5.5 and 22 while the last block made every row).
     assert!(
-        step2 < recompute / 5,
+        3 * step2 < recompute,
         "cached step {step2} vs recomputation {recompute}"
     );
     assert!(
-        16 * (step2 - tail) < recompute - tail,
+        12 * (step2 - tail) < recompute - tail,
         "cached {step2} vs recomputation {recompute}, tail {tail}"
     );
 }

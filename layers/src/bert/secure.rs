@@ -197,6 +197,15 @@ impl BatchShape {
         crate::nn::attention::starts(&self.lens())
     }
 
+    /// Gather indices of each sequence's first real token in the real tokens' rows of
+    /// width `d` (`batch × d`): what the pooler reads.
+    pub fn first_rows(&self, d: usize) -> Vec<usize> {
+        self.starts()
+            .into_iter()
+            .flat_map(|s| s * d..(s + 1) * d)
+            .collect()
+    }
+
     /// As a batch without ids (for the shape checks shared with the plaintext model).
     fn as_batch(&self) -> BertBatch {
         BertBatch {
@@ -732,8 +741,11 @@ impl SharedBert {
 /// The encoder on the client's batch: returns this party's shares of the last hidden
 /// state of the **real** tokens only, `n × d` with n = the number of mask-true positions,
 /// in batch order (padded positions are never computed: no row-wise work is spent on them,
-/// and as keys they are masked out anyway). Adds the per-kind costs to `costs`; tells
-/// `observer` (if any) of each finished layer (`Progress::Layer` with step 0).
+/// and as keys they are masked out anyway). With `first_only` (a caller that reads only
+/// the first tokens, as the pooler does) it returns each sequence's first real token only,
+/// `batch × d`: the last layer makes those rows only after its keys and values. Adds the
+/// per-kind costs to `costs`; tells `observer` (if any) of each finished layer
+/// (`Progress::Layer` with step 0).
 ///
 /// Attention runs per sequence over its real tokens only
 /// ([`attention::bidirectional`]: sequences of equal length batched, all sharing rounds).
@@ -747,7 +759,7 @@ pub async fn encode_batch(
     model: &SharedBert,
     client: &ClientAt,
     input: Option<&BertBatch>,
-    shape: &BatchShape,
+    (shape, first_only): (&BatchShape, bool),
     settings: &SecureSettings,
     costs: &mut LayerCosts,
     observer: Option<&Observer>,
@@ -813,12 +825,20 @@ pub async fn encode_batch(
     let mut x = model.emb_ln.forward(ctx, &x, n, d, bound).await?;
     costs.add(LayerKind::LayerNorm, m2, ctx.meter());
     let act = Activation::from(cfg.activation);
+    let layers = model.layers.len();
+    let mut n = n;
     for (l, layer) in model.layers.iter().enumerate() {
         // The projection's summands are local; the attention finishes them (two rounds,
         // counted as linear) in its own layout.
         let qkv = layer.qkv.summands(ctx, &x, n).await?;
-        let ctxv =
-            attention::bidirectional(ctx, heads, qkv, &lens, settings.softmax_exp, costs).await?;
+        let first = first_only && l + 1 == layers;
+        let exp = settings.softmax_exp;
+        let ctxv = attention::bidirectional(ctx, heads, qkv, (&lens, first), exp, costs).await?;
+        if first {
+            // From here on, each sequence's first token only.
+            x = x.gather(&shape.first_rows(d))?;
+            n = lens.len();
+        }
         let a1 = ctx.meter();
         let attn = layer.attn_out.forward(ctx, &ctxv, n).await?;
         let a2 = ctx.meter();
@@ -942,30 +962,28 @@ pub async fn sentence_embeddings(
 }
 
 /// The pooled output `tanh(pooler(h[first token]))` (`batch × d`) and, with a classifier,
-/// the logits (`batch × labels`), from the real tokens' rows of [`encode_batch`]. The
-/// first token is each sequence's first real one (position 0 for right padding, as in
-/// `transformers`).
+/// the logits (`batch × labels`), from the first tokens' rows `first` (`batch × d`, as
+/// [`encode_batch`] returns them with `first_only`, or gathered at
+/// [`BatchShape::first_rows`] from its whole output). The first token is each sequence's
+/// first real one (position 0 for right padding, as in `transformers`).
 ///
 /// # Errors
-/// `Misuse` if the model has no pooler; `Protocol` on a malformed message.
+/// `Misuse` if the model has no pooler or `first` is not `batch × d`; `Protocol` on a
+/// malformed message.
 pub async fn pool_and_classify(
     ctx: &mut Ctx,
     model: &SharedBert,
-    hidden: &Shares,
+    first: &Shares,
     shape: &BatchShape,
 ) -> Result<(Shares, Option<Shares>), Error> {
-    let d = model.cfg.hidden_size;
     let pooler = model
         .pooler
         .as_ref()
         .ok_or(Error::misuse("the model has no pooler"))?;
-    let first: Vec<usize> = shape
-        .starts()
-        .into_iter()
-        .flat_map(|s| (0..d).map(move |j| s * d + j))
-        .collect();
-    let x = hidden.gather(&first)?;
-    let p = pooler.forward(ctx, &x, shape.batch).await?;
+    if Some(first.len()) != shape.batch.checked_mul(model.cfg.hidden_size) {
+        return Err(Error::misuse("the pooler reads one row per sequence"));
+    }
+    let p = pooler.forward(ctx, first, shape.batch).await?;
     let pooled = proto::tanh(ctx, &p).await?;
     let logits = match &model.classifier {
         Some(c) => Some(c.forward(ctx, &pooled, shape.batch).await?),
@@ -1015,8 +1033,17 @@ pub async fn run_observed(
     }
     let client: ClientAt = client.into();
     let mut costs = LayerCosts::default();
+    // Only the pooler reads the last layer: its first tokens are all the encoder makes.
+    let first_only = !outputs.hidden && !outputs.embeddings;
     let hidden = encode_batch(
-        ctx, model, &client, input, shape, settings, &mut costs, observer,
+        ctx,
+        model,
+        &client,
+        input,
+        (shape, first_only),
+        settings,
+        &mut costs,
+        observer,
     )
     .await?;
     let d = model.cfg.hidden_size;
@@ -1028,7 +1055,14 @@ pub async fn run_observed(
     }
     let m0 = ctx.meter();
     if outputs.pooled || outputs.logits {
-        let (pooled, logits) = pool_and_classify(ctx, model, &hidden, shape).await?;
+        let gathered;
+        let first = if first_only {
+            &hidden
+        } else {
+            gathered = hidden.gather(&shape.first_rows(d))?;
+            &gathered
+        };
+        let (pooled, logits) = pool_and_classify(ctx, model, first, shape).await?;
         if outputs.pooled {
             lens.push(pooled.len());
             parts.push(pooled);

@@ -285,7 +285,9 @@ pub async fn causal(
 /// keys and values are gathered once into each group's per-head layout and finished there
 /// (truncated as the decoders' are, counted as [`LayerKind::Linear`]). Sequences of equal length share one
 /// batched product; all groups share the rounds. No padded position is ever computed.
-/// Returns `Σ lens × q_width`.
+/// Returns `Σ lens × q_width`, or with `first_only` (an encoder's last layer when only
+/// its first tokens are read) the first token's row of each sequence, `lens.len() ×
+/// q_width`: the other queries are never finished nor attended.
 ///
 /// # Errors
 /// `Misuse` for mismatched lengths; `Protocol` on a malformed message.
@@ -293,7 +295,7 @@ pub async fn bidirectional(
     ctx: &mut Ctx,
     heads: Heads,
     qkv: Summands,
-    lens: &[usize],
+    (lens, first_only): (&[usize], bool),
     exp: ExpApprox,
     costs: &mut LayerCosts,
 ) -> Result<Shares, Error> {
@@ -301,9 +303,11 @@ pub async fn bidirectional(
     let d = heads.q_width();
     let n: usize = lens.iter().sum();
     let rows_len = n.checked_mul(d).and_then(|nd| nd.checked_mul(3));
-    if heads.kv != h || rows_len != Some(qkv.len()) {
+    if heads.kv != h || rows_len != Some(qkv.len()) || (first_only && lens.contains(&0)) {
         return Err(Error::misuse("attention input does not match the batch"));
     }
+    // Queries per sequence of length l.
+    let queries = |l: usize| if first_only { 1 } else { l };
     let starts = starts(lens);
     let mut groups: Vec<usize> = lens.iter().copied().filter(|&l| l > 0).collect();
     groups.sort_unstable();
@@ -320,8 +324,10 @@ pub async fn bidirectional(
         };
         for &b in &seqs {
             for hh in 0..h {
-                for t in 0..l {
+                for t in 0..queries(l) {
                     qi.extend((0..hd).map(|j| at(b, t, 0, hh, j)));
+                }
+                for t in 0..l {
                     vi.extend((0..hd).map(|j| at(b, t, 2, hh, j)));
                 }
                 for j in 0..hd {
@@ -341,14 +347,15 @@ pub async fn bidirectional(
     let (qk, v_all) = finish_qkv(ctx, qks, f, vs).await?;
     let (q_all, k_all) = qk.split_at(total_q)?;
     let mut inputs = Vec::with_capacity(shapes.len());
-    let mut at = 0;
+    let (mut at, mut q_at) = (0, 0);
     for (seqs, l) in shapes {
         let span = at..at + seqs.len() * h * l * hd;
-        at = span.end;
+        let q_span = q_at..q_at + seqs.len() * h * queries(l) * hd;
+        (at, q_at) = (span.end, q_span.end);
         inputs.push((
             seqs,
             l,
-            q_all.slice(span.clone())?,
+            q_all.slice(q_span)?,
             k_all.slice(span.clone())?,
             v_all.slice(span)?,
         ));
@@ -360,11 +367,12 @@ pub async fn bidirectional(
     let m0 = ctx.meter();
     let mut products = Vec::with_capacity(inputs.len());
     for (c, (seqs, l, q, kt, _)) in forks.iter_mut().zip(&inputs) {
-        products.push(proto::matmul_batch_summands(c, q, kt, seqs.len() * h, (*l, hd, *l)).await?);
+        let shape = (queries(*l), hd, *l);
+        products.push(proto::matmul_batch_summands(c, q, kt, seqs.len() * h, shape).await?);
     }
     let valid: Vec<Vec<usize>> = inputs
         .iter()
-        .map(|(seqs, l, ..)| vec![*l; seqs.len() * h * l])
+        .map(|(seqs, l, ..)| vec![*l; seqs.len() * h * queries(*l)])
         .collect();
     let outs = puma_core::try_join_all(
         forks
@@ -372,19 +380,22 @@ pub async fn bidirectional(
             .zip(&inputs)
             .zip(products.iter().zip(&valid))
             .map(|((c, (seqs, l, _, _, v)), (s, val))| {
-                softmax_of_products(c, s, v, seqs.len() * h, (*l, *l, hd), val, exp)
+                let dims = (queries(*l), *l, hd);
+                softmax_of_products(c, s, v, seqs.len() * h, dims, val, exp)
             })
             .collect(),
     )
     .await?;
     costs.add(LayerKind::Softmax, m0, ctx.meter());
-    // Back to rows in batch order: sequence b is the k-th of its group, `h × l × hd`.
+    // Back to rows in batch order: sequence b is the k-th of its group, `h × rows × hd`
+    // with rows its queries.
     let mut place = vec![(0usize, 0usize); lens.len()];
     let mut offset = 0;
     for ((seqs, l, ..), o) in inputs.iter().zip(&outs) {
+        let rows = queries(*l);
         for (k, &b) in seqs.iter().enumerate() {
             if let Some(p) = place.get_mut(b) {
-                *p = (offset + k * h * l * hd, *l);
+                *p = (offset + k * h * rows * hd, rows);
             }
         }
         offset += o.len();

@@ -692,7 +692,16 @@ impl SharedDecoder {
         for (layer, blk) in self.blocks.iter().enumerate() {
             let last = layer + 1 == layers;
             x = blk
-                .forward(ctx, &self.spec, &layout, (layer, last), x, caches, settings, costs)
+                .forward(
+                    ctx,
+                    &self.spec,
+                    &layout,
+                    (layer, last),
+                    x,
+                    caches,
+                    settings,
+                    costs,
+                )
                 .await?;
             if let Some(obs) = observer {
                 obs(Progress::Layer { step, layer });
@@ -761,7 +770,10 @@ impl StepLayout {
             ));
         }
         if out_rows.len() != seq_rows.len()
-            || out_rows.iter().zip(seq_rows).any(|(&o, &r)| o == 0 || o > r)
+            || out_rows
+                .iter()
+                .zip(seq_rows)
+                .any(|(&o, &r)| o == 0 || o > r)
         {
             return Err(Error::misuse(
                 "a step reads 1 to all of each sequence's rows",
@@ -780,7 +792,10 @@ impl StepLayout {
                 .collect();
             let rope_q = match spec.positions {
                 Positions::Rotary { theta } => {
-                    let at: Vec<usize> = kept.iter().filter_map(|&i| positions.get(i).copied()).collect();
+                    let at: Vec<usize> = kept
+                        .iter()
+                        .filter_map(|&i| positions.get(i).copied())
+                        .collect();
                     Some(RopeMap::new(h.q, &at, h.dim, theta, ctx.fixed())?)
                 }
                 Positions::Learned => None,
@@ -877,7 +892,10 @@ impl Block {
                     .as_ref()
                     .ok_or(Error::bug("rotary tables missing"))?;
                 let rq = match out {
-                    Some(o) => o.rope_q.as_ref().ok_or(Error::bug("rotary tables missing"))?,
+                    Some(o) => o
+                        .rope_q
+                        .as_ref()
+                        .ok_or(Error::bug("rotary tables missing"))?,
                     None => rq,
                 };
                 let rotated = [rq.apply_summands(&qs)?, rk.apply_summands(&ks)?];
