@@ -144,7 +144,8 @@ fn tiny_random_bert_classification_makes_first_tokens_only_in_the_last_layer() {
     // Only the pooler reads the last layer, so its queries, attention output, MLP and
     // norms run on each sequence's first token only (4 rows of the 47): the same bounds
     // as the whole run above. Rounds 11 fewer than it, which also makes the mean-pooled
-    // embeddings.
+    // embeddings; [4_693_582, 21_099_762, 4_648_800] bytes while the last layer made
+    // every row.
     let model = PlainBert::load(&model_dir("bert-tiny-random")).unwrap();
     let r = Reference::load("bert-tiny-random");
     let batch = r.batch("batch");
