@@ -707,6 +707,10 @@ impl SharedDecoder {
                 obs(Progress::Layer { step, layer });
             }
         }
+        // Without blocks (a model of no layers), the output rows are taken here.
+        if let (true, Some(out)) = (self.blocks.is_empty(), &layout.out) {
+            x = x.gather(&out.elements(self.spec.d))?;
+        }
         layout.advance(caches);
         Ok(x)
     }
@@ -741,6 +745,13 @@ struct OutRows {
     q_idx: Vec<usize>,
     /// The rotary map of their queries.
     rope_q: Option<RopeMap>,
+}
+
+impl OutRows {
+    /// Gather indices of their elements in the step's rows of width `d`.
+    fn elements(&self, d: usize) -> Vec<usize> {
+        self.rows.iter().flat_map(|&i| i * d..(i + 1) * d).collect()
+    }
 }
 
 impl StepLayout {
@@ -953,8 +964,7 @@ impl Block {
         let rows = q_rows;
         let o = blk.attn_out.forward(ctx, &attn, rows).await?;
         if let Some(kept) = out {
-            let idx: Vec<usize> = kept.rows.iter().flat_map(|&i| i * d..(i + 1) * d).collect();
-            x = x.gather(&idx)?;
+            x = x.gather(&kept.elements(d))?;
         }
         x = x.add(&o)?;
         let m4 = ctx.meter();
