@@ -145,6 +145,7 @@ impl DecoderSpec {
         let h = self.heads;
         let ok = self.vocab > 0
             && self.d > 0
+            && self.layers > 0
             && self.inner > 0
             && self.max_positions > 0
             && h.q > 0
@@ -706,10 +707,6 @@ impl SharedDecoder {
             if let Some(obs) = observer {
                 obs(Progress::Layer { step, layer });
             }
-        }
-        // Without blocks (a model of no layers), the output rows are taken here.
-        if let (true, Some(out)) = (self.blocks.is_empty(), &layout.out) {
-            x = x.gather(&out.elements(self.spec.d))?;
         }
         layout.advance(caches);
         Ok(x)
