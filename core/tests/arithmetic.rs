@@ -390,6 +390,83 @@ fn batched_matmul_is_exact_and_costs_one_round() {
     assert_eq!(out.payload_bytes(), [8 * (batch * m * n) as u64; 3]);
 }
 
+/// Products deeper than a work budget's blocks of all rows (the one-hot rows times the
+/// embedding table) are cut in depth: exact for one-hot rows (a zero component), for an
+/// input-shared Y (a zero component) and for dense sharings, with a last block shorter
+/// than the others.
+#[test]
+fn deep_products_under_a_small_budget_are_exact() {
+    // 12 rows by 1003 by 24: 2·12·24 = 576 work units per row of Y, so a budget of
+    // 57,600 cuts 10 blocks of 100 rows of Y and one of 3 (a block of all rows and 24
+    // columns would take 2·1003·12·24).
+    let (m, k, n) = (12usize, 1003usize, 24usize);
+    let mut cfg = puma_core::Config::new(31);
+    cfg.work_budget = 57_600;
+    let hot: Vec<u32> = (0..m).map(|i| (i * 389 % k) as u32).collect();
+    let table: Vec<u64> = (0..k * n)
+        .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    let (h, t) = (hot.clone(), table.clone());
+    let out = Sim::new(31).with_config(cfg).run(move |me| {
+        let (h, t) = (h.clone(), t.clone());
+        move |mut ctx| async move {
+            let owner = PartyId::P1;
+            let y =
+                proto::share_input(&mut ctx, owner, (me == owner).then_some(&t[..]), k * n).await?;
+            let x = proto::share_one_hot(
+                &mut ctx,
+                PartyId::P0,
+                (me == PartyId::P0).then_some(&h[..]),
+                m,
+                1,
+                k,
+            )
+            .await?;
+            // Dense sharings: sums of two sharings have no zero component.
+            let (r, s) = (ctx.random_shares(m * k), ctx.random_shares(k * n));
+            let xd = x.add(&r)?;
+            let yd = y.add(&s)?;
+            let hot_y = proto::matmul(&mut ctx, &x, &y, m, k, n).await?;
+            let dense = proto::matmul(&mut ctx, &xd, &yd, m, k, n).await?;
+            let hot_dense = proto::matmul(&mut ctx, &x, &yd, m, k, n).await?;
+            let opened = [&xd, &yd, &hot_y, &dense, &hot_dense];
+            let mut v = Vec::new();
+            for z in opened {
+                v.push(proto::reveal_all(&mut ctx, z).await?);
+            }
+            Ok(v)
+        }
+    });
+    let [v, ..] = out.into_results().unwrap();
+    let product = |x: &[u64], y: &[u64]| -> Vec<u64> {
+        let mut z = vec![0u64; m * n];
+        for i in 0..m {
+            for t in 0..k {
+                for j in 0..n {
+                    z[i * n + j] =
+                        z[i * n + j].wrapping_add(x[i * k + t].wrapping_mul(y[t * n + j]));
+                }
+            }
+        }
+        z
+    };
+    let mut one_hot = vec![0u64; m * k];
+    for (i, &c) in hot.iter().enumerate() {
+        one_hot[i * k + c as usize] = 1;
+    }
+    let rows: Vec<u64> = hot
+        .iter()
+        .flat_map(|&c| table[c as usize * n..(c as usize + 1) * n].to_vec())
+        .collect();
+    assert_eq!(v[2], rows, "one-hot rows times an input-shared table");
+    assert_eq!(v[3], product(&v[0], &v[1]), "dense times dense");
+    assert_eq!(
+        v[4],
+        product(&one_hot, &v[1]),
+        "one-hot rows times a dense table"
+    );
+}
+
 /// One-hot rows shared from point-function keys open to the rows themselves (a repeated
 /// column to a single one), in one round, for 2·8·(11 + 2·levels) bytes per column named
 /// from the owner and none from the others; a column outside the row is refused.

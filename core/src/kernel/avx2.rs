@@ -69,11 +69,10 @@ pub(super) fn matmul_acc(
     // Past the branch above at least two row tiles share each block of B: it is packed.
     let plan = Plan {
         mr: MR,
-        nr: NR,
         kc: KC,
         nc: NC,
     };
-    for_each_tile(&plan, true, a, b, ldb, c, ldc, (m, k, n), |t| {
+    for_each_tile::<NR>(&plan, true, a, b, ldb, c, ldc, (m, k, n), |t| {
         tile(t.mr, t.nr, t.kc, t.a, t.lda, t.b, t.ldb, t.c, t.ldc)
     });
 }

@@ -60,11 +60,10 @@ pub(super) fn matmul_acc(
     // B is packed when at least two row tiles share it.
     let plan = Plan {
         mr: MR,
-        nr: NR,
         kc: KC,
         nc: NC,
     };
-    for_each_tile(&plan, m > MR, a, b, ldb, c, ldc, (m, k, n), |t| {
+    for_each_tile::<NR>(&plan, m > MR, a, b, ldb, c, ldc, (m, k, n), |t| {
         tile(t.mr, t.nr, t.kc, t.a, t.lda, t.b, t.ldb, t.c, t.ldc)
     });
 }

@@ -3,12 +3,11 @@
 
 use alloc::vec::Vec;
 
-/// A kernel's tile and cache-block sizes.
+/// A kernel's tile and cache-block sizes (the tile's columns, also a packed panel's, are
+/// [`for_each_tile`]'s `NR`).
 pub(super) struct Plan {
     /// Rows of the register tile.
     pub(super) mr: usize,
-    /// Columns of the register tile (and of a packed panel).
-    pub(super) nr: usize,
     /// Depth of a cache block.
     pub(super) kc: usize,
     /// Columns of a cache block.
@@ -31,11 +30,11 @@ pub(super) struct Tile<'a, 'c> {
 }
 
 /// Calls `tile` on every register tile of `c += a · b` (`a` `m×k` row-major, `b` `k×n` at
-/// row stride `ldb`, `c` `m×n` at row stride `ldc`), block by block. B is packed into
-/// zero-padded `plan.nr`-column panels when `pack`, and read in place otherwise (the
-/// tile must then mask the columns past `nr`).
+/// row stride `ldb`, `c` `m×n` at row stride `ldc`), block by block, tiles of `NR`
+/// columns. B is packed into zero-padded `NR`-column panels when `pack`, and read in place
+/// otherwise (the tile must then mask the columns past `nr`).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn for_each_tile(
+pub(super) fn for_each_tile<const NR: usize>(
     plan: &Plan,
     pack: bool,
     a: &[u64],
@@ -48,10 +47,7 @@ pub(super) fn for_each_tile(
 ) {
     let mut packed: Vec<u64> = Vec::new();
     if pack {
-        packed.resize(
-            plan.kc.min(k) * plan.nc.min(n.div_ceil(plan.nr) * plan.nr),
-            0,
-        );
+        packed.resize(plan.kc.min(k) * plan.nc.min(n.div_ceil(NR) * NR), 0);
     }
     let mut jc = 0;
     while jc < n {
@@ -60,13 +56,13 @@ pub(super) fn for_each_tile(
         while pc < k {
             let kc = plan.kc.min(k - pc);
             if pack {
-                pack_b(plan.nr, b, ldb, (pc, kc), (jc, nc), &mut packed);
+                pack_b::<NR>(b, ldb, (pc, kc), (jc, nc), &mut packed);
             }
             let mut jr = 0;
             while jr < nc {
-                let nr = plan.nr.min(nc - jr);
+                let nr = NR.min(nc - jr);
                 let (panel, ld_panel): (&[u64], usize) = if pack {
-                    (&packed[jr * kc..], plan.nr)
+                    (&packed[jr * kc..], NR)
                 } else {
                     (&b[pc * ldb + jc + jr..], ldb)
                 };
@@ -94,27 +90,32 @@ pub(super) fn for_each_tile(
     }
 }
 
-/// Copies `B[pc..pc+kc, jc..jc+nc]` (row stride `ldb`) into `nr`-column panels, each
-/// `kc × nr` row-major and zero-padded on the right.
-fn pack_b(
-    nr: usize,
+/// Copies `B[pc..pc+kc, jc..jc+nc]` (row stride `ldb`) into `NR`-column panels, each
+/// `kc × NR` row-major and zero-padded on the right.
+///
+/// Row by row of B, as it lies in memory, each row's whole panels as fixed-size copies:
+/// gathered panel by panel instead (`kc` rows `ldb` words apart for each panel, one
+/// `memcpy` call per `NR` words), packing took more time than the products it served.
+fn pack_b<const NR: usize>(
     b: &[u64],
     ldb: usize,
     (pc, kc): (usize, usize),
     (jc, nc): (usize, usize),
     out: &mut [u64],
 ) {
-    for (panel_idx, panel) in out
-        .chunks_exact_mut(kc * nr)
-        .take(nc.div_ceil(nr))
-        .enumerate()
-    {
-        let j0 = jc + panel_idx * nr;
-        let w = nr.min(jc + nc - j0);
-        for (p, dst) in panel.chunks_exact_mut(nr).enumerate() {
-            let src = &b[(pc + p) * ldb + j0..][..w];
-            dst[..w].copy_from_slice(src);
-            dst[w..].fill(0);
+    let panels = nc.div_ceil(NR);
+    let whole = nc / NR;
+    for p in 0..kc {
+        let row = &b[(pc + p) * ldb + jc..][..nc];
+        let (full, rest) = row.split_at(whole * NR);
+        for (q, src) in full.chunks_exact(NR).enumerate() {
+            // Both lengths are the constant NR: a copy of fixed size, not a call.
+            out[(q * kc + p) * NR..][..NR].copy_from_slice(&src[..NR]);
+        }
+        if whole < panels {
+            let dst = &mut out[(whole * kc + p) * NR..][..NR];
+            dst[..rest.len()].copy_from_slice(rest);
+            dst[rest.len()..].fill(0);
         }
     }
 }

@@ -177,6 +177,7 @@ async fn batch_terms(
     let (mk, kn) = (m * k, k * n);
     let budget = usize::try_from(ctx.work_budget()).unwrap_or(usize::MAX);
     let (rows, cols) = block_shape(budget, (m, k, n));
+    let depth = depth_block(budget, (m, k, n), rows);
     for b in 0..batch {
         let xa = x
             .a()
@@ -197,6 +198,11 @@ async fn batch_terms(
         let zb = z
             .get_mut(b * mn..(b + 1) * mn)
             .ok_or(Error::bug("batch out of range"))?;
+        if let Some(depth) = depth {
+            let zeros = (x.zero_component(), y.zero_component());
+            depth_blocks(ctx, (xa, xb), (ya, yb), zeros, zb, (m, k, n), depth).await?;
+            continue;
+        }
         // x_a·y_a + x_a·y_b + x_b·y_a with one sum of halves: of the smaller operand, so
         // that a weight matrix (e.g. the 50257-row embedding) is never copied.
         let sum_x = mk <= kn;
@@ -262,6 +268,89 @@ async fn batch_terms(
     Ok(z)
 }
 
+/// `z += x·y` (`m×k` by `k×n`, this party's 3-of-3 part from the components `(x_a, x_b)`
+/// and `(y_a, y_b)`) in blocks of `depth` rows of Y (see [`depth_block`]): each block's
+/// columns of X are copied out, and the sum of halves is taken of the block only, so
+/// that a zero component of X (the one-hot rows' third) leaves one product per block.
+async fn depth_blocks(
+    ctx: &Ctx,
+    (xa, xb): (&[u64], &[u64]),
+    (ya, yb): (&[u64], &[u64]),
+    (x_zero, y_zero): (Option<Component>, Option<Component>),
+    z: &mut [u64],
+    (m, k, n): (usize, usize, usize),
+    depth: usize,
+) -> Result<(), Error> {
+    let (mut xa_c, mut xb_c, mut sum) = (Vec::new(), Vec::new(), Vec::new());
+    let sum_x = m <= n;
+    let kernel = ctx.kernel();
+    for p0 in (0..k).step_by(depth.max(1)) {
+        let kd = depth.min(k - p0);
+        let (Some(ya), Some(yb)) = (ya.get(p0 * n..(p0 + kd) * n), yb.get(p0 * n..(p0 + kd) * n))
+        else {
+            return Err(Error::bug("depth block out of range"));
+        };
+        ctx.spend((2 * m * kd + kd * n) as u64).await;
+        for (dst, src) in [(&mut xa_c, xa), (&mut xb_c, xb)] {
+            dst.clear();
+            for row in src.chunks_exact(k).take(m) {
+                dst.extend_from_slice(row.get(p0..p0 + kd).unwrap_or_default());
+            }
+        }
+        let halves = |u: &[u64], v: &[u64], out: &mut Vec<u64>| {
+            out.clear();
+            out.extend(u.iter().zip(v).map(|(a, b)| a.wrapping_add(*b)));
+        };
+        // As in `batch_terms`; here a sum of Y's halves is only a block long, so a zero
+        // X_b takes it rather than a second product.
+        let terms: &[(&[u64], &[u64])] = match (x_zero, y_zero) {
+            (Some(Component::A), _) => &[(&xb_c, ya)],
+            (Some(Component::B), _) => {
+                halves(ya, yb, &mut sum);
+                &[(&xa_c, &sum)]
+            }
+            (_, Some(Component::A)) => &[(&xa_c, yb)],
+            (_, Some(Component::B)) => {
+                halves(&xa_c, &xb_c, &mut sum);
+                &[(&sum, ya)]
+            }
+            _ if sum_x => {
+                halves(&xa_c, &xb_c, &mut sum);
+                &[(&sum, ya), (&xa_c, yb)]
+            }
+            _ => {
+                halves(ya, yb, &mut sum);
+                &[(&xa_c, &sum), (&xb_c, ya)]
+            }
+        };
+        ctx.spend((2 * m * kd * n) as u64).await;
+        for &(a, b) in terms {
+            kernel.matmul_acc(a, b, z, m, kd, n);
+        }
+    }
+    Ok(())
+}
+
+/// Depth of a block in rows of Y least worth cutting a product into (each depth block
+/// reads and writes all of Z once more).
+const MIN_DEPTH: usize = 64;
+
+/// The depth of the blocks (rows of Y) for an `m×k` by `k×n` product whose blocks of
+/// [`block_shape`] would cut its rows (`rows < m`), if depth blocks of all rows and all
+/// columns fit the budget at `MIN_DEPTH` or deeper; `None` keeps [`block_shape`]'s.
+///
+/// Why: cut into row blocks, a product with a deep Y (the one-hot rows times the
+/// embedding table, `k` the vocabulary) packs all of Y again for each block of rows, 8 at
+/// a time; cut in depth, every element of Y is read once and every block serves all rows.
+fn depth_block(budget: usize, (m, k, n): (usize, usize, usize), rows: usize) -> Option<usize> {
+    if rows >= m {
+        return None;
+    }
+    let per_row_of_y = m.saturating_mul(n).saturating_mul(2).max(1);
+    let depth = budget / per_row_of_y;
+    (depth >= MIN_DEPTH).then_some(depth.min(k))
+}
+
 /// Rows of a block at the least when not all rows fit, and the multiple row counts are
 /// rounded to (whole register tiles of the SIMD kernels).
 const MIN_BLOCK_ROWS: usize = 8;
@@ -320,6 +409,22 @@ mod tests {
         assert_eq!(block_shape(1 << 24, (512, 768, 768)), (168, 64));
         // Narrower than a band: blocks of whole rows.
         assert_eq!(block_shape(1 << 24, (4096, 32000, 32)), (8, 32));
+    }
+
+    #[test]
+    fn deep_products_of_few_rows_are_cut_in_depth() {
+        // GPT-2's embedding of 32 prompt tokens: 341 rows of the table per block.
+        let (rows, _) = block_shape(1 << 24, (32, 50257, 768));
+        assert_eq!(rows, 8);
+        assert_eq!(depth_block(1 << 24, (32, 50257, 768), rows), Some(341));
+        // BERT's 128 tokens: 85 rows of the table.
+        let (rows, _) = block_shape(1 << 24, (128, 30522, 768));
+        assert_eq!(depth_block(1 << 24, (128, 30522, 768), rows), Some(85));
+        // Row blocks stay where depth blocks would be shallow, or rows are not cut.
+        let (rows, _) = block_shape(1 << 24, (512, 768, 768));
+        assert_eq!(depth_block(1 << 24, (512, 768, 768), rows), None);
+        let (rows, _) = block_shape(1 << 24, (32, 3072, 768));
+        assert_eq!(depth_block(1 << 24, (32, 3072, 768), rows), None);
     }
 
     #[test]
