@@ -457,12 +457,14 @@ impl BitShares {
         width: crate::ring::Width,
         f: impl Fn(u64) -> u64,
     ) -> BitShares {
-        BitShares::from_parts(
-            self.party,
+        // Reduced to the width in the same pass (not a second one, as `from_parts` makes).
+        let m = width.mask();
+        BitShares {
+            party: self.party,
             width,
-            self.a.iter().map(|&v| f(v)).collect(),
-            self.b.iter().map(|&v| f(v)).collect(),
-        )
+            a: self.a.iter().map(|&v| f(v) & m).collect(),
+            b: self.b.iter().map(|&v| f(v) & m).collect(),
+        }
     }
 
     /// All parts one after another (same width).
