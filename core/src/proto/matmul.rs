@@ -301,18 +301,19 @@ async fn depth_blocks(
             out.clear();
             out.extend(u.iter().zip(v).map(|(a, b)| a.wrapping_add(*b)));
         };
-        // As in `batch_terms`; here a sum of Y's halves is only a block long, so a zero
-        // X_b takes it rather than a second product.
+        // As in `batch_terms`, a zero component leaves one product (Y's first: a zero
+        // component of the model's shares is never read); here a sum of Y's halves is
+        // only a block long, so a zero X_b takes it rather than a second product.
         let terms: &[(&[u64], &[u64])] = match (x_zero, y_zero) {
             (Some(Component::A), _) => &[(&xb_c, ya)],
-            (Some(Component::B), _) => {
-                halves(ya, yb, &mut sum);
-                &[(&xa_c, &sum)]
-            }
             (_, Some(Component::A)) => &[(&xa_c, yb)],
             (_, Some(Component::B)) => {
                 halves(&xa_c, &xb_c, &mut sum);
                 &[(&sum, ya)]
+            }
+            (Some(Component::B), _) => {
+                halves(ya, yb, &mut sum);
+                &[(&xa_c, &sum)]
             }
             _ if sum_x => {
                 halves(&xa_c, &xb_c, &mut sum);
