@@ -337,14 +337,17 @@ async fn depth_blocks(
 const MIN_DEPTH: usize = 64;
 
 /// The depth of the blocks (rows of Y) for an `m×k` by `k×n` product whose blocks of
-/// [`block_shape`] would cut its rows (`rows < m`), if depth blocks of all rows and all
-/// columns fit the budget at `MIN_DEPTH` or deeper; `None` keeps [`block_shape`]'s.
+/// [`block_shape`] would cut its rows (`rows < m`), if X is the smaller operand (`m ≤ n`)
+/// and depth blocks of all rows and all columns fit the budget at `MIN_DEPTH` or deeper;
+/// `None` keeps [`block_shape`]'s.
 ///
 /// Why: cut into row blocks, a product with a deep Y (the one-hot rows times the
 /// embedding table, `k` the vocabulary) packs all of Y again for each block of rows, 8 at
 /// a time; cut in depth, every element of Y is read once and every block serves all rows.
+/// Each depth block copies its columns of X, which costs little only while X is the
+/// smaller operand (not for the head as `wte · h`, 50,257 rows by one column).
 fn depth_block(budget: usize, (m, k, n): (usize, usize, usize), rows: usize) -> Option<usize> {
-    if rows >= m {
+    if rows >= m || m > n {
         return None;
     }
     let per_row_of_y = m.saturating_mul(n).saturating_mul(2).max(1);
@@ -426,6 +429,10 @@ mod tests {
         assert_eq!(depth_block(1 << 24, (512, 768, 768), rows), None);
         let (rows, _) = block_shape(1 << 24, (32, 3072, 768));
         assert_eq!(depth_block(1 << 24, (32, 3072, 768), rows), None);
+        // The head as a matrix-vector product: X is the large operand.
+        let (rows, _) = block_shape(1 << 24, (50257, 768, 1));
+        assert!(rows < 50257);
+        assert_eq!(depth_block(1 << 24, (50257, 768, 1), rows), None);
     }
 
     #[test]
