@@ -294,7 +294,8 @@ async fn depth_blocks(
         for (dst, src) in [(&mut xa_c, xa), (&mut xb_c, xb)] {
             dst.clear();
             for row in src.chunks_exact(k).take(m) {
-                dst.extend_from_slice(row.get(p0..p0 + kd).unwrap_or_default());
+                let cols = row.get(p0..p0 + kd);
+                dst.extend_from_slice(cols.ok_or(Error::bug("depth block out of range"))?);
             }
         }
         let halves = |u: &[u64], v: &[u64], out: &mut Vec<u64>| {
