@@ -491,6 +491,13 @@ impl PairStream {
         v.extend((0..n).map(|_| self.rng.next_u64()));
         Ok(v)
     }
+
+    /// Overwrites `out` with the next `out.len()` words.
+    pub(crate) fn fill(&mut self, out: &mut [u64]) {
+        for w in out {
+            *w = self.rng.next_u64();
+        }
+    }
 }
 
 /// An empty vector with room for `n` words, reserved fallibly: sizes that come from a

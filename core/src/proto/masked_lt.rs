@@ -10,10 +10,12 @@
 //! (the softmax's row maxima on keys cut to 4 fractional bits, in Z_2^19: 319 bits against
 //! the carry tree's 383 in Z_2^32).
 
+use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::engine::Ctx;
+use crate::engine::ctx::PairStream;
 use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
@@ -220,13 +222,15 @@ struct Draws {
     out_c: Vec<u64>,
     keys_r0: Vec<u64>,
     /// Key of R0 and R1, per (element, threshold): β and the rotation (2 words), the
-    /// factors and the pads (k words each).
-    common: Vec<u64>,
+    /// factors and the pads (k words each). Taken element by element in the second round:
+    /// as one vector it would be (2k + 2)·n·m words, far more than the rest of the block.
+    /// (Boxed: a stream's state is larger than the rest of the struct.)
+    common: Option<Box<PairStream>>,
 }
 
 impl Draws {
     fn draw(ctx: &mut Ctx, setup: &Setup, roles: Roles, n: usize) -> Result<Draws, Error> {
-        let (m, k) = (setup.m(), setup.k as usize);
+        let m = setup.m();
         let low = setup.low();
         let nm = n * m;
         let split = |v: Option<Vec<u64>>, sizes: &[usize]| -> Vec<Vec<u64>> {
@@ -245,7 +249,7 @@ impl Draws {
         let w02 = ctx.pair_random(roles.r0, s02.iter().sum())?;
         let s12 = [n, out, keys];
         let w12 = ctx.pair_random(roles.r2, s12.iter().sum())?;
-        let w01 = ctx.pair_random(roles.r1, nm * (2 + 2 * k))?;
+        let w01 = ctx.pair_random_stream(roles.r1);
         let mut d02 = split(w02, &s02).into_iter();
         let mut d12 = split(w12, &s12).into_iter();
         let p = setup.p;
@@ -262,7 +266,7 @@ impl Draws {
             r1: d12.next().unwrap_or_default(),
             out_c: d12.next().unwrap_or_default(),
             keys_r0: d12.next().unwrap_or_default(),
-            common: w01.unwrap_or_default(),
+            common: w01.map(Box::new),
         })
     }
 }
@@ -403,6 +407,9 @@ struct Common<'a> {
     pads: &'a [u64],
 }
 
+/// Words of the common draws taken at once in the second round (256 KiB).
+const COMMON_RUN_WORDS: usize = 1 << 15;
+
 fn common_at(words: &[u64], idx: usize, k: usize) -> Result<Common<'_>, Error> {
     let per = 2 + 2 * k;
     let w = words
@@ -426,7 +433,11 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
     let me = ctx.me();
     match st {
         First::Dealer(dealer) => Ok(Second::Dealer(dealer)),
-        First::Pair { roles, half, draws } => {
+        First::Pair {
+            roles,
+            half,
+            mut draws,
+        } => {
             let n = half.len();
             let (k, m, low, p) = (setup.k as usize, setup.m(), setup.low(), setup.p);
             let width = Width::new(setup.k).ok_or(Error::bug("ring width"))?;
@@ -446,9 +457,14 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
                 }
                 v
             };
-            if lacks(&draws.common, n * m * (2 + 2 * k)) {
-                return Err(Error::bug("comparison role lacks a key"));
-            }
+            let mut common = draws
+                .common
+                .take()
+                .ok_or(Error::bug("comparison role lacks a key"))?;
+            // The common words of a run of elements at a time, in one reused buffer.
+            let per_element = m * (2 + 2 * k);
+            let run = (COMMON_RUN_WORDS / per_element.max(1)).max(1);
+            let mut com_words = Vec::new();
             // The key for σ this party tells the other: drawn with R2 by this party.
             let keys = if is_r0 {
                 &draws.keys_r1
@@ -463,6 +479,12 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
             let mut vs = Vec::with_capacity(n * m);
             let mut u = vec![0u64; k];
             for i in 0..n {
+                if i % run == 0 {
+                    let words = per_element * run.min(n - i);
+                    ctx.spend_draw(words).await;
+                    com_words.resize(words, 0);
+                    common.fill(&mut com_words);
+                }
                 let c = half
                     .get(i)
                     .zip(got.get(i))
@@ -473,7 +495,7 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
                     .ok_or(Error::bug("comparison block out of range"))?;
                 for (q, t) in setup.thresholds.iter().enumerate() {
                     let idx = i * m + q;
-                    let com = common_at(&draws.common, idx, k)?;
+                    let com = common_at(&com_words, (i % run) * m + q, k)?;
                     let ct = c.wrapping_sub(*t) & setup.ring;
                     let v = ((ct >> (setup.k - 1)) & 1 == 1) ^ com.beta;
                     vs.push(v);
