@@ -26,4 +26,5 @@ pub mod llama;
 pub mod network_flags;
 pub mod party;
 pub mod random_gpt2;
+pub mod resources;
 pub mod streaming;

@@ -140,21 +140,3 @@ pub fn random_weights(cfg: &Gpt2Config, seed: u64) -> Gpt2Weights {
         lm_head: None,
     }
 }
-
-/// Peak resident set size of this process in bytes (Linux `VmHWM`), if known.
-pub fn peak_rss() -> Option<u64> {
-    status_bytes("VmHWM:")
-}
-
-/// Current resident set size of this process in bytes (Linux `VmRSS`), if known.
-pub fn current_rss() -> Option<u64> {
-    status_bytes("VmRSS:")
-}
-
-/// A `kB` field of `/proc/self/status`, in bytes.
-fn status_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}

@@ -44,9 +44,8 @@ use puma_layers::bert::BertBatch;
 use puma_layers::bert::secure::{self as bert_secure, BatchShape, BertHeads, SharedBert};
 use puma_layers::nn::{Decoding, LayerCosts, OutputMode, SecureSettings, SharedDecoder, generate};
 use puma_runner::bert::{BERT_BASE, BERT_LARGE, BertShape, synthetic_ids, synthetic_model};
-use puma_runner::random_gpt2::{
-    GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, peak_rss, random_gpt2,
-};
+use puma_runner::random_gpt2::{GPT2_BASE, GPT2_LARGE, GPT2_MEDIUM, Gpt2Shape, random_gpt2};
+use puma_runner::resources::peak_rss;
 use serde_json::json;
 
 /// Prompt tokens, as in PUMA's GPT-2 table.

@@ -18,7 +18,8 @@ use puma_layers::nn::{
     Decoding, Observer, OutputMode, Progress, SecureSettings, SharedDecoder, generate,
 };
 use puma_runner::network_flags::NetworkFlags;
-use puma_runner::random_gpt2::{GPT2_BASE, peak_rss, random_gpt2};
+use puma_runner::random_gpt2::{GPT2_BASE, random_gpt2};
+use puma_runner::resources::{CpuTime, peak_rss, process_cpu, thread_cpu};
 
 /// GPT-2 base shape (seeded random weights), 32 prompt tokens → N new tokens, three
 /// parties in one process: wall time, bytes per party, rounds, per-step costs, peak memory.
@@ -44,10 +45,12 @@ fn main() -> ExitCode {
     let layers = usize::try_from(args.layers).unwrap_or(12);
     let shape = args.network.shape();
     let t0 = Instant::now();
+    let cpu0 = process_cpu();
     let model = Arc::new(random_gpt2(GPT2_BASE, layers));
     println!(
-        "GPT-2 base shape: {layers} layers, width 768, 12 heads, vocabulary 50257; random weights built in {:.1} s",
-        t0.elapsed().as_secs_f64()
+        "GPT-2 base shape: {layers} layers, width 768, 12 heads, vocabulary 50257; random weights built in {:.1} s{}",
+        t0.elapsed().as_secs_f64(),
+        cpu_note(process_cpu().zip(cpu0).map(|(b, a)| b.since(a)))
     );
     let prompt: Vec<u32> = (0..32u32).map(|i| (i * 1543 + 17) % 50257).collect();
     let settings = SecureSettings::default();
@@ -62,12 +65,15 @@ fn main() -> ExitCode {
         move |mut ctx| async move {
             let (cfg, w) = &*model;
             let t = Instant::now();
+            let cpu = thread_cpu();
             let m =
                 SharedDecoder::share(&mut ctx, PartyId::P1, cfg, (me == PartyId::P1).then_some(w))
                     .await?;
             let share_secs = t.elapsed().as_secs_f64();
             let share_bytes = ctx.meter().payload_bytes_sent;
             let t = Instant::now();
+            let shared_cpu = thread_cpu();
+            let share_cpu = shared_cpu.zip(cpu).map(|(b, a)| b.since(a));
             let observer: Option<Observer> = (me == PartyId::P0).then(|| {
                 Arc::new(move |ev: Progress| {
                     if let Progress::Step { .. } = ev
@@ -89,19 +95,23 @@ fn main() -> ExitCode {
                 None,
             )
             .await?;
-            Ok((g, share_secs, share_bytes, t.elapsed().as_secs_f64()))
+            let infer_cpu = thread_cpu().zip(shared_cpu).map(|(b, a)| b.since(a));
+            let secs = t.elapsed().as_secs_f64();
+            Ok((g, (share_secs, share_cpu), share_bytes, (secs, infer_cpu)))
         }
     });
     let secs = start.elapsed().as_secs_f64();
     let mut ok = true;
     for (i, r) in out.results.iter().enumerate() {
         match r {
-            Ok((g, share_secs, share_bytes, infer_secs)) => {
+            Ok((g, (share_secs, share_cpu), share_bytes, (infer_secs, infer_cpu))) => {
                 let s = &out.stats[i];
                 println!(
-                    "P{i}: sent {:.1} MB payload ({:.1} MB sharing the model in {share_secs:.1} s; generation {infer_secs:.2} s); steps (bytes, epochs): {:?}",
+                    "P{i}: sent {:.1} MB payload ({:.1} MB sharing the model in {share_secs:.1} s{}; generation {infer_secs:.2} s{}); steps (bytes, epochs): {:?}",
                     s.payload_bytes_total() as f64 / 1e6,
                     *share_bytes as f64 / 1e6,
+                    cpu_note(*share_cpu),
+                    cpu_note(*infer_cpu),
                     g.step_costs
                 );
                 if i == 0 {
@@ -148,4 +158,10 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// ", CPU u s user + y s system" for a span's CPU time, if it could be read.
+fn cpu_note(cpu: Option<CpuTime>) -> String {
+    cpu.map(|c| format!(", CPU {:.2} s user + {:.2} s system", c.user, c.system))
+        .unwrap_or_default()
 }

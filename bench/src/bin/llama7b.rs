@@ -25,7 +25,7 @@ use puma_layers::nn::{
     DecoderArch, Observer, Progress, SecureSettings, SeededDecoder, StreamedStep, argmax_lowest,
     prompt_step_streamed,
 };
-use puma_runner::random_gpt2::peak_rss;
+use puma_runner::resources::peak_rss;
 
 /// With `--features jemalloc`: blocks freed after one layer are reused for the next instead
 /// of being returned to the system and faulted back in, page by page (Cargo.toml of this

@@ -37,7 +37,8 @@ use puma_runner::party::{
     ClientRules, DecoderJob, EncoderJob, PartiesConfig, PartyError, decoder_protocol,
     encoder_protocol, resolve,
 };
-use puma_runner::random_gpt2::{RandomShape, current_rss, peak_rss, random_gpt2, shape_config};
+use puma_runner::random_gpt2::{RandomShape, random_gpt2, shape_config};
+use puma_runner::resources::{current_rss, peak_rss};
 use puma_runner::streaming::LiveView;
 use puma_transports::loopback::Network;
 use puma_transports::net::NetOptions;
