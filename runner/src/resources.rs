@@ -67,7 +67,7 @@ fn stat_cpu(path: &str) -> Option<CpuTime> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
