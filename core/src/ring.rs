@@ -5,6 +5,9 @@
 //! over Z_2^k for free (used by comparisons in narrow rings).
 
 /// The bit width `k` of a ring Z_2^k, with 1 ≤ k ≤ 64.
+///
+/// Its accessors are `#[inline]`: element loops everywhere read them, and without the
+/// attribute a build with several codegen units called them out of line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Width(u32);
 
@@ -15,6 +18,7 @@ impl Width {
     pub const BIT: Width = Width(1);
 
     /// The width `bits`, or `None` outside 1..=64.
+    #[inline]
     pub const fn new(bits: u32) -> Option<Width> {
         if bits >= 1 && bits <= 64 {
             Some(Width(bits))
@@ -24,11 +28,13 @@ impl Width {
     }
 
     /// The number of bits `k`.
+    #[inline]
     pub const fn bits(self) -> u32 {
         self.0
     }
 
     /// The mask of the low `k` bits.
+    #[inline]
     pub const fn mask(self) -> u64 {
         if self.0 == 64 {
             u64::MAX
@@ -38,11 +44,13 @@ impl Width {
     }
 
     /// `x mod 2^k`.
+    #[inline]
     pub const fn reduce(self, x: u64) -> u64 {
         x & self.mask()
     }
 
     /// `x mod 2^k` read as a signed integer in [-2^(k-1), 2^(k-1)).
+    #[inline]
     pub const fn to_signed(self, x: u64) -> i64 {
         let shift = 64 - self.0;
         ((x << shift) as i64) >> shift

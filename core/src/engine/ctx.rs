@@ -190,6 +190,25 @@ impl Ctx {
         Ok(())
     }
 
+    /// Queues the record `packed` built for party `to`: the same record (tag, bytes) as
+    /// [`Ctx::send`] of the values pushed, at the packer's width, without the values ever
+    /// held as words.
+    ///
+    /// # Errors
+    /// `Misuse` when sending to oneself.
+    pub(crate) fn send_packed(&mut self, to: PartyId, packed: wire::Packer) -> Result<(), Error> {
+        if to == self.me() {
+            return Err(Error::misuse("a party cannot send to itself"));
+        }
+        let idx = to.index();
+        let n = self.sent[idx];
+        self.sent[idx] += 1;
+        let tag = derive(self.path, DOMAIN_MSG, n);
+        self.charge_wire(packed.count());
+        self.queue(idx, tag, packed.finish());
+        Ok(())
+    }
+
     fn queue(&mut self, idx: usize, tag: u64, bytes: Vec<u8>) {
         let mut mb = self.shared.mailbox.lock();
         if let Some(q) = mb.payload_queued.get_mut(idx) {
@@ -256,7 +275,7 @@ impl Ctx {
             .iter()
             .try_fold(0usize, |acc, n| acc.checked_add(*n))
             .ok_or(Error::protocol(from, "record length overflows"))?;
-        let bytes = self.recv_w64_bytes(from, total).await?;
+        let bytes = self.recv_packed(from, total, Width::W64).await?;
         let mut words = wire::words_w64(&bytes);
         Ok(sizes
             .iter()
@@ -264,24 +283,26 @@ impl Ctx {
             .collect())
     }
 
-    /// Receives the next record from `from`, `n` 64-bit words, as its bytes, for a caller
-    /// that decodes them straight into place ([`wire::words_w64`]) instead of into a
-    /// vector of its own: the counterpart of [`Ctx::send`] at [`Width::W64`].
+    /// Receives the next record from `from`, `n` values of `width` bits, as its bytes, for
+    /// a caller that decodes them straight into place ([`wire::words_w64`],
+    /// [`wire::Unpacker`]) instead of into a vector of its own: the counterpart of
+    /// [`Ctx::send`] and [`Ctx::send_packed`].
     ///
     /// # Errors
-    /// `Protocol { from }` if the record is not exactly `8·n` bytes; `Misuse` when
-    /// receiving from oneself.
-    pub(crate) async fn recv_w64_bytes(
+    /// `Protocol { from }` if the record is not exactly the packed length of `n` values;
+    /// `Misuse` when receiving from oneself.
+    pub(crate) async fn recv_packed(
         &mut self,
         from: PartyId,
         n: usize,
+        width: Width,
     ) -> Result<Vec<u8>, Error> {
         if from == self.me() {
             return Err(Error::misuse("a party cannot receive from itself"));
         }
         let bytes = self.recv_bytes(from).await;
         self.charge_wire(n);
-        let expected = Width::W64
+        let expected = width
             .packed_len(n)
             .ok_or(Error::protocol(from, "record length overflows"))?;
         if bytes.len() != expected {

@@ -283,7 +283,7 @@ where
                 }
                 let len = chunk_words.min(total - k * chunk_words);
                 // Decoded straight into the pieces: no chunk-sized vector of words between.
-                let bytes = ctx.recv_w64_bytes(owner, len).await?;
+                let bytes = ctx.recv_packed(owner, len, Width::W64).await?;
                 let mut words = wire::words_w64(&bytes);
                 let mut left = len;
                 while left > 0 {

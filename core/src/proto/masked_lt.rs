@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::party::PartyId;
 use crate::ring::Width;
 use crate::share::{BitShares, Shares};
+use crate::wire;
 
 use super::blocks::role_blocks;
 
@@ -474,10 +475,12 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
             if !setup.boolean && lacks(keys, 2 * n * m) {
                 return Err(Error::bug("comparison role lacks a key"));
             }
-            let mut tests = Vec::with_capacity(n * m * k);
+            // Packed as they are made: the record is W/64 of their words (7/64 at k = 63).
+            let mut tests = wire::Packer::new(setup.field, n * m * k);
             let mut told = Vec::with_capacity(n * m);
             let mut vs = Vec::with_capacity(n * m);
             let mut u = vec![0u64; k];
+            let mut masked = vec![0u64; k];
             for i in 0..n {
                 if i % run == 0 {
                     let words = per_element * run.min(n - i);
@@ -501,22 +504,24 @@ async fn second_round(ctx: &mut Ctx, setup: &Setup, st: First) -> Result<Second,
                     vs.push(v);
                     share_of_tests(&mut u, ct, sr, com.beta, is_r0, p);
                     // Mask: factor·u ± pad, then rotate.
-                    for ((s, z), uj) in com.factors.iter().zip(com.pads).zip(&u) {
+                    for (((s, z), uj), t) in
+                        com.factors.iter().zip(com.pads).zip(&u).zip(&mut masked)
+                    {
                         let s = 1 + s % (p - 1);
                         let z = z % p;
                         let z = if is_r0 { z } else { (p - z) % p };
-                        tests.push((s * uj + z) % p);
+                        *t = (s * uj + z) % p;
                     }
-                    let start = tests.len() - k;
-                    if let Some(seg) = tests.get_mut(start..) {
-                        seg.rotate_right(com.rot);
+                    masked.rotate_right(com.rot);
+                    for &t in &masked {
+                        tests.push(t);
                     }
                     // σ = +1 when v = 0: key index 0; σ = −1: index 1.
                     let key = keys.get(2 * idx + usize::from(v)).copied().unwrap_or(0);
                     told.push(key);
                 }
             }
-            ctx.send(roles.r2, &tests, setup.field)?;
+            ctx.send_packed(roles.r2, tests)?;
             if !setup.boolean {
                 ctx.send(other, &told, Width::W64)?;
             }
@@ -561,6 +566,44 @@ fn share_of_tests(u: &mut [u64], ct: u64, sr: &[u64], beta: bool, is_r0: bool, p
     }
 }
 
+/// R2's reading of the zero tests from R0 and R1 (`nm` groups of `k` values mod p, each
+/// packed in `field` bits): per group, whether any of the k sums is zero. The records are
+/// read as they are summed, never held as words.
+///
+/// # Errors
+/// `Protocol` naming the sender of a malformed record or of a value not below p.
+fn zero_tests(
+    (bytes0, r0): (&[u8], PartyId),
+    (bytes1, r1): (&[u8], PartyId),
+    (nm, k): (usize, usize),
+    (field, p): (Width, u64),
+) -> Result<Vec<bool>, Error> {
+    let n = nm
+        .checked_mul(k)
+        .ok_or(Error::bug("comparison tests overflow"))?;
+    let mut from0 = wire::Unpacker::new(bytes0, n, field, r0)?;
+    let mut from1 = wire::Unpacker::new(bytes1, n, field, r1)?;
+    let mut zero = Vec::with_capacity(nm);
+    for _ in 0..nm {
+        let mut any = false;
+        for _ in 0..k {
+            let (a, b) = (from0.next_value()?, from1.next_value()?);
+            if a >= p {
+                return Err(Error::protocol(r0, "a tested value is not below p"));
+            }
+            if b >= p {
+                return Err(Error::protocol(r1, "a tested value is not below p"));
+            }
+            // Both below p: their sum is 0 mod p only as 0 or p.
+            any |= (a + b == 0) | (a + b == p);
+        }
+        zero.push(any);
+    }
+    from0.finish()?;
+    from1.finish()?;
+    Ok(zero)
+}
+
 /// What a party keeps after the third round of one block.
 enum Third {
     /// R0 or R1: waits for R2's offers and the other's key.
@@ -583,22 +626,19 @@ async fn third_round(ctx: &mut Ctx, setup: &Setup, st: Second) -> Result<Third, 
             draws,
         }) => {
             let (k, m, p) = (setup.k as usize, setup.m(), setup.p);
-            let from0 = ctx.recv(roles.r0, n * m * k, setup.field).await?;
-            let from1 = ctx.recv(roles.r1, n * m * k, setup.field).await?;
-            for (v, from) in [(&from0, roles.r0), (&from1, roles.r1)] {
-                if v.iter().any(|&e| e >= p) {
-                    return Err(Error::protocol(from, "a tested value is not below p"));
-                }
-            }
             let nm = n * m;
+            let from0 = ctx.recv_packed(roles.r0, nm * k, setup.field).await?;
+            let from1 = ctx.recv_packed(roles.r1, nm * k, setup.field).await?;
+            let zero = zero_tests(
+                (&from0, roles.r0),
+                (&from1, roles.r1),
+                (nm, k),
+                (setup.field, p),
+            )?;
             let zero_at = |idx: usize| -> Result<bool, Error> {
-                let (Some(e0), Some(e1)) = (
-                    from0.get(idx * k..(idx + 1) * k),
-                    from1.get(idx * k..(idx + 1) * k),
-                ) else {
-                    return Err(Error::bug("comparison tests out of range"));
-                };
-                Ok(e0.iter().zip(e1).any(|(a, b)| (a + b) % p == 0))
+                zero.get(idx)
+                    .copied()
+                    .ok_or(Error::bug("comparison tests out of range"))
             };
             let top = |idx: usize| r_top.get(idx / m.max(1)).copied().unwrap_or(false);
             if setup.boolean {
@@ -702,4 +742,40 @@ fn threshold_major(v: &[u64], n: usize, m: usize) -> Vec<u64> {
         .flat_map(|q| (0..n).map(move |i| i * m + q))
         .map(|idx| v.get(idx).copied().unwrap_or(0))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn packed(values: &[u64], width: Width) -> Vec<u8> {
+        let mut out = Vec::new();
+        wire::pack(values, width, &mut out);
+        out
+    }
+
+    #[test]
+    fn zero_tests_find_the_zero_sums_and_name_a_sender_of_values_off_the_field() {
+        let (p, field) = (29, Width::new(5).unwrap());
+        let (r0, r1) = (PartyId::P1, PartyId::P2);
+        // Two groups of three values: the second's middle pair sums to p.
+        let from0 = packed(&[1, 2, 3, 4, 5, 6], field);
+        let from1 = packed(&[1, 2, 3, 4, 24, 6], field);
+        let zero = zero_tests((&from0, r0), (&from1, r1), (2, 3), (field, p)).unwrap();
+        assert_eq!(zero, [false, true]);
+        // A value of 29 or more is off the field; its sender is named.
+        for (bad, who) in [(0, r0), (1, r1)] {
+            let mut vs = [vec![1u64; 6], vec![1u64; 6]];
+            vs[bad][4] = 30;
+            let (b0, b1) = (packed(&vs[0], field), packed(&vs[1], field));
+            let err = zero_tests((&b0, r0), (&b1, r1), (2, 3), (field, p)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Protocol { from: who });
+        }
+        // A record of the wrong length (3 bytes for 4 values, not 4 for 6).
+        let short = packed(&[1; 4], field);
+        let err = zero_tests((&from0, r0), (&short, r1), (2, 3), (field, p)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol { from: r1 });
+    }
 }
