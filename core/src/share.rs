@@ -473,8 +473,11 @@ impl BitShares {
     /// `Misuse` if `parts` is empty or mixes parties or widths.
     pub fn concat(parts: &[&BitShares]) -> Result<BitShares, Error> {
         let first = parts.first().ok_or(Error::misuse("concat of no parts"))?;
-        let mut a = Vec::new();
-        let mut b = Vec::new();
+        // Sized at once: a growing vector would leave each outgrown buffer, bits of shares,
+        // to the allocator unwiped, and copy it.
+        let n = parts.iter().map(|p| p.len()).sum();
+        let mut a = Vec::with_capacity(n);
+        let mut b = Vec::with_capacity(n);
         for p in parts {
             if p.party != first.party || p.width != first.width {
                 return Err(Error::misuse("bit shares of different shapes"));
@@ -485,6 +488,40 @@ impl BitShares {
         Ok(BitShares {
             party: first.party,
             width: first.width,
+            a,
+            b,
+        })
+    }
+
+    /// The values of each part's range one after another, reduced to `width` bits (which
+    /// must not exceed the parts'): [`BitShares::slice`] of each, then
+    /// [`BitShares::concat`], in one copy.
+    ///
+    /// # Errors
+    /// `Misuse` if `parts` is empty, mixes parties or widths, or a range is out of bounds.
+    pub(crate) fn concat_ranges(
+        parts: &[(&BitShares, Range<usize>)],
+        width: crate::ring::Width,
+    ) -> Result<BitShares, Error> {
+        let (first, _) = parts.first().ok_or(Error::misuse("concat of no parts"))?;
+        let n = parts.iter().map(|(_, r)| r.len()).sum();
+        let mut a = Vec::with_capacity(n);
+        let mut b = Vec::with_capacity(n);
+        let m = width.mask();
+        for (p, range) in parts {
+            if p.party != first.party || p.width != first.width || width > p.width {
+                return Err(Error::misuse("bit shares of different shapes"));
+            }
+            let (pa, pb) =
+                p.a.get(range.clone())
+                    .zip(p.b.get(range.clone()))
+                    .ok_or(Error::misuse("slice out of bounds"))?;
+            a.extend(pa.iter().map(|&v| v & m));
+            b.extend(pb.iter().map(|&v| v & m));
+        }
+        Ok(BitShares {
+            party: first.party,
+            width,
             a,
             b,
         })
@@ -809,6 +846,7 @@ pub(crate) fn chunk_sums(v: &[u64], n: usize) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::Width;
     use alloc::{format, vec};
 
     #[test]
@@ -834,6 +872,23 @@ mod tests {
         assert!(s.add(&Summands::new(PartyId::P2, vec![0; 3])).is_err());
         assert!(Summands::concat(&[]).is_err());
         assert_eq!(format!("{s:?}"), "Summands { party: P1, len: 3 }");
+    }
+
+    #[test]
+    fn concatenated_ranges_are_the_slices_concatenated_and_reduced() {
+        let w8 = Width::new(8).unwrap();
+        let x = BitShares::from_parts(PartyId::P1, w8, vec![1, 2, 0xF3, 4], vec![5, 6, 7, 0xF8]);
+        let y = BitShares::from_parts(PartyId::P1, w8, vec![9, 10], vec![11, 12]);
+        let w4 = Width::new(4).unwrap();
+        let z = BitShares::concat_ranges(&[(&x, 2..4), (&y, 0..1), (&x, 0..1)], w4).unwrap();
+        assert_eq!(z.width(), w4);
+        assert_eq!((z.a(), z.b()), (&[3, 4, 9, 1][..], &[7, 8, 11, 5][..]));
+        // Out of bounds, empty, wider than the parts, or another party's shares.
+        assert!(BitShares::concat_ranges(&[(&x, 3..5)], w4).is_err());
+        assert!(BitShares::concat_ranges(&[], w4).is_err());
+        assert!(BitShares::concat_ranges(&[(&x, 0..1)], Width::W64).is_err());
+        let other = BitShares::from_parts(PartyId::P2, w8, vec![1], vec![2]);
+        assert!(BitShares::concat_ranges(&[(&x, 0..1), (&other, 0..1)], w4).is_err());
     }
 
     #[test]

@@ -172,19 +172,20 @@ pub async fn lt_thresholds_carry(
         }
     }
     // Each block holds its elements threshold by threshold; the result is threshold by
-    // threshold over all elements.
+    // threshold over all elements, gathered in one copy (the generate bits cut to the
+    // k − 1 positions the carry tree reads).
     let mut g_parts = Vec::with_capacity(3 * t);
     let mut p_parts = Vec::with_capacity(3 * t);
     for j in 0..t {
         for ((g, p), len) in parts.iter().zip(&lens) {
-            g_parts.push(g.slice(j * len..(j + 1) * len)?);
-            p_parts.push(p.slice(j * len..(j + 1) * len)?);
+            g_parts.push((g, j * len..(j + 1) * len));
+            p_parts.push((p, j * len..(j + 1) * len));
         }
     }
-    let g = BitShares::concat(&g_parts.iter().collect::<Vec<_>>())?;
-    let p = BitShares::concat(&p_parts.iter().collect::<Vec<_>>())?;
+    let g = BitShares::concat_ranges(&g_parts, low_width(k - 1)?)?;
+    let p = BitShares::concat_ranges(&p_parts, width)?;
     // Carry into position k−1 from positions 0..k−2.
-    let carry = carry_tree(&mut ctx, g.map_linear(low_width(k - 1)?, |v| v), &p, k - 1).await?;
+    let carry = carry_tree(&mut ctx, g, &p, k - 1).await?;
     let top = p.map_linear(Width::BIT, |v| v >> (k - 1));
     let out = top.xor(&carry)?;
     debug_assert_eq!(out.party(), me);
