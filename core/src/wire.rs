@@ -352,6 +352,28 @@ pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec
     Ok(out)
 }
 
+/// Checks that `bytes` is exactly the packed length of `n` elements of `width` bits.
+///
+/// # Errors
+/// `Protocol { from }` otherwise.
+pub(crate) fn check_packed_len(
+    bytes: &[u8],
+    n: usize,
+    width: Width,
+    from: PartyId,
+) -> Result<(), Error> {
+    let expected = width
+        .packed_len(n)
+        .ok_or(Error::protocol(from, "record length overflows"))?;
+    if bytes.len() != expected {
+        return Err(Error::protocol(
+            from,
+            "record length does not match the expected message",
+        ));
+    }
+    Ok(())
+}
+
 /// The elements of a packed record read one at a time, for a consumer that uses each as
 /// it comes and never holds the record as words: the checks of [`unpack`], the length's
 /// when it is made and the padding's in [`Unpacker::finish`].
@@ -378,15 +400,7 @@ impl<'a> Unpacker<'a> {
         width: Width,
         from: PartyId,
     ) -> Result<Unpacker<'a>, Error> {
-        let expected = width
-            .packed_len(n)
-            .ok_or(Error::protocol(from, "record length overflows"))?;
-        if bytes.len() != expected {
-            return Err(Error::protocol(
-                from,
-                "record length does not match the expected message",
-            ));
-        }
+        check_packed_len(bytes, n, width, from)?;
         let words = bytes.chunks_exact(8);
         let tail = words.remainder().iter();
         Ok(Unpacker {

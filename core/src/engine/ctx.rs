@@ -148,18 +148,9 @@ impl Ctx {
     /// # Errors
     /// `Misuse` when sending to oneself.
     pub fn send(&mut self, to: PartyId, values: &[u64], width: Width) -> Result<(), Error> {
-        if to == self.me() {
-            return Err(Error::misuse("a party cannot send to itself"));
-        }
-        let idx = to.index();
-        let n = self.sent[idx];
-        self.sent[idx] += 1;
-        let tag = derive(self.path, DOMAIN_MSG, n);
-        self.charge_wire(values.len());
         let mut bytes = Vec::new();
         wire::pack(values, width, &mut bytes);
-        self.queue(idx, tag, bytes);
-        Ok(())
+        self.queue_record(to, values.len(), bytes)
     }
 
     /// Queues one 64-bit record holding `parts` one after another: the same record (tag,
@@ -177,17 +168,11 @@ impl Ctx {
             .try_fold(0usize, |acc, p| acc.checked_add(p.len()))
             .and_then(|n| n.checked_mul(8))
             .ok_or(Error::misuse("record length overflows"))?;
-        let idx = to.index();
-        let n = self.sent[idx];
-        self.sent[idx] += 1;
-        let tag = derive(self.path, DOMAIN_MSG, n);
-        self.charge_wire(len / 8);
         let mut bytes = Vec::with_capacity(len);
         for p in parts {
             wire::pack(p, Width::W64, &mut bytes);
         }
-        self.queue(idx, tag, bytes);
-        Ok(())
+        self.queue_record(to, len / 8, bytes)
     }
 
     /// Queues the record `packed` built for party `to`: the same record (tag, bytes) as
@@ -197,6 +182,13 @@ impl Ctx {
     /// # Errors
     /// `Misuse` when sending to oneself.
     pub(crate) fn send_packed(&mut self, to: PartyId, packed: wire::Packer) -> Result<(), Error> {
+        let values = packed.count();
+        self.queue_record(to, values, packed.finish())
+    }
+
+    /// Queues `bytes`, a record of `values` packed values, as this context's next record
+    /// for `to`.
+    fn queue_record(&mut self, to: PartyId, values: usize, bytes: Vec<u8>) -> Result<(), Error> {
         if to == self.me() {
             return Err(Error::misuse("a party cannot send to itself"));
         }
@@ -204,8 +196,8 @@ impl Ctx {
         let n = self.sent[idx];
         self.sent[idx] += 1;
         let tag = derive(self.path, DOMAIN_MSG, n);
-        self.charge_wire(packed.count());
-        self.queue(idx, tag, packed.finish());
+        self.charge_wire(values);
+        self.queue(idx, tag, bytes);
         Ok(())
     }
 
@@ -302,15 +294,7 @@ impl Ctx {
         }
         let bytes = self.recv_bytes(from).await;
         self.charge_wire(n);
-        let expected = width
-            .packed_len(n)
-            .ok_or(Error::protocol(from, "record length overflows"))?;
-        if bytes.len() != expected {
-            return Err(Error::protocol(
-                from,
-                "record length does not match the expected message",
-            ));
-        }
+        wire::check_packed_len(&bytes, n, width, from)?;
         Ok(bytes)
     }
 
