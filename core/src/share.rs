@@ -473,29 +473,13 @@ impl BitShares {
     /// `Misuse` if `parts` is empty or mixes parties or widths.
     pub fn concat(parts: &[&BitShares]) -> Result<BitShares, Error> {
         let first = parts.first().ok_or(Error::misuse("concat of no parts"))?;
-        // Sized at once: a growing vector would leave each outgrown buffer, bits of shares,
-        // to the allocator unwiped, and copy it.
-        let n = parts.iter().map(|p| p.len()).sum();
-        let mut a = Vec::with_capacity(n);
-        let mut b = Vec::with_capacity(n);
-        for p in parts {
-            if p.party != first.party || p.width != first.width {
-                return Err(Error::misuse("bit shares of different shapes"));
-            }
-            a.extend_from_slice(&p.a);
-            b.extend_from_slice(&p.b);
-        }
-        Ok(BitShares {
-            party: first.party,
-            width: first.width,
-            a,
-            b,
-        })
+        let whole: Vec<_> = parts.iter().map(|p| (*p, 0..p.len())).collect();
+        BitShares::concat_ranges(&whole, first.width)
     }
 
     /// The values of each part's range one after another, reduced to `width` bits (which
-    /// must not exceed the parts'): [`BitShares::slice`] of each, then
-    /// [`BitShares::concat`], in one copy.
+    /// must not exceed the parts'), in one copy: what [`BitShares::slice`] of each and
+    /// concatenating the slices would give.
     ///
     /// # Errors
     /// `Misuse` if `parts` is empty, mixes parties or widths, or a range is out of bounds.
@@ -504,6 +488,8 @@ impl BitShares {
         width: crate::ring::Width,
     ) -> Result<BitShares, Error> {
         let (first, _) = parts.first().ok_or(Error::misuse("concat of no parts"))?;
+        // Sized at once: a growing vector would leave each outgrown buffer, bits of shares,
+        // to the allocator unwiped, and copy it.
         let n = parts.iter().map(|(_, r)| r.len()).sum();
         let mut a = Vec::with_capacity(n);
         let mut b = Vec::with_capacity(n);

@@ -340,10 +340,11 @@ pub(crate) fn words_w64(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
 /// `Protocol { from }` if `bytes` is not exactly the packed length of `n` elements or the
 /// padding bits of the last byte are not zero (a canonical encoding has one form only).
 pub fn unpack(bytes: &[u8], n: usize, width: Width, from: PartyId) -> Result<Vec<u64>, Error> {
-    let mut values = Unpacker::new(bytes, n, width, from)?;
     if width.bits() == 64 {
+        check_packed_len(bytes, n, width, from)?;
         return Ok(words_w64(bytes).collect());
     }
+    let mut values = Unpacker::new(bytes, n, width, from)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(values.next_value()?);

@@ -218,11 +218,7 @@ impl Ctx {
     /// `Protocol { from }` if the record has the wrong length or padding; `Misuse` when
     /// receiving from oneself.
     pub async fn recv(&mut self, from: PartyId, n: usize, width: Width) -> Result<Vec<u64>, Error> {
-        if from == self.me() {
-            return Err(Error::misuse("a party cannot receive from itself"));
-        }
-        let bytes = self.recv_bytes(from).await;
-        self.charge_wire(n);
+        let bytes = self.recv_packed(from, n, width).await?;
         wire::unpack(&bytes, n, width, from)
     }
 
