@@ -373,8 +373,8 @@ mod tests {
     #[test]
     fn detected_kernel_crosses_column_blocks() {
         // n past the SIMD kernels' 1024- and 512-column cache blocks and k past their
-        // 128- and 256-deep ones, with and without B packing.
-        for m in [1, 2, 3, 9, 17] {
+        // 128- and 256-deep ones, with and without B packing (AVX2 packs past 64 rows).
+        for m in [1, 2, 3, 9, 17, 70] {
             let (k, n) = (260, 2 * 1024 + 37);
             let a: alloc::vec::Vec<u64> = (0..m * k)
                 .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))

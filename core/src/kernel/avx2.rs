@@ -1,7 +1,14 @@
-//! The AVX2 ring matmul, for x86-64 CPUs without AVX-512 (e.g. AMD Zen 2 and 3): products
-//! in a 3×8 register tile, with B packed into 8-column panels per `KC × NC` cache block;
-//! products of up to three rows stream B by rows instead. Only [`matmul_acc`] is reachable,
-//! and only after [`detected`] said yes.
+//! The AVX2 ring matmul, for x86-64 CPUs without AVX-512 (e.g. AMD Zen 2 and 3). Products
+//! of up to 64 rows (prompts, batches, KV-cached steps) stream B row by row as it lies in
+//! memory, three rows of A at a time ([`stream_rows`]); larger ones use a 3×8 register
+//! tile, with B packed into 8-column panels per `KC × NC` cache block. Only [`matmul_acc`]
+//! is reachable, and only after [`detected`] said yes.
+//!
+//! Why streaming for few rows: packing B costs a pass over it, which few rows do not repay,
+//! and a row of B is contiguous where a panel's rows are `ldb` words apart. On this
+//! project's Zen 3 host (`cargo run --release -p puma-core --example kernel_rows`) the
+//! stream made 3.5–5 G products per second for 1 to 64 rows where the packed tile made
+//! 1.6–3.9 below 32 rows; from 64 rows on the two are within the host's noise.
 //!
 //! Why this shape: AVX2 has no 64-bit lane multiply. Modulo 2^64,
 //! `x·y = xₗyₗ + 2^32·(xₗyₕ + xₕyₗ)`, and the cross terms only matter modulo 2^32. So the
@@ -57,13 +64,8 @@ pub(super) fn matmul_acc(
         }
         return;
     }
-    if m <= MR {
-        // A single row tile (a KV-cached step's products, the LM head as `h · wteᵀ`): B is
-        // streamed row by row, as it lies in memory, instead of in column panels whose
-        // rows are `ldb` words apart and which no other row tile would reuse.
-        for (i, a_row) in a.chunks_exact(k).take(m).enumerate() {
-            row_acc(a_row, b, ldb, &mut c[i * ldc..][..n], n);
-        }
+    if m <= STREAM_MAX_ROWS {
+        stream_rows(a, b, ldb, c, ldc, (m, k, n));
         return;
     }
     // Past the branch above at least two row tiles share each block of B: it is packed.
@@ -77,55 +79,153 @@ pub(super) fn matmul_acc(
     });
 }
 
-/// Columns of C accumulated at once by [`row_acc`]: its two accumulator rows (8 KiB)
-/// stay in L1 beside the streamed B rows.
-const ROW_BLOCK: usize = 512;
+/// Rows of C up to which [`stream_rows`] is used instead of packed tiles (past it, the two
+/// measured within noise of each other).
+const STREAM_MAX_ROWS: usize = 64;
 
-/// `c_row += a_row · B[.., 0..n]` (wrapping) with B of row stride `ldb`: for each block of
-/// columns, every B row is streamed once into accumulators of `Σ xₗyₗ` and the cross terms.
-fn row_acc(a_row: &[u64], b: &[u64], ldb: usize, c_row: &mut [u64], n: usize) {
+/// Words of the accumulators of [`stream_group`] (its `low` and `cross` rows for every row
+/// of C in a group, 8 KiB): they stay in L1 beside the streamed B rows.
+const ROW_ACC_WORDS: usize = 1024;
+
+/// Depth of the B blocks [`stream_rows`] visits: a block of 256 rows by a group's columns
+/// (at most 512) is read from memory once and stays in L2 while the other row groups read it.
+const STREAM_KC: usize = 256;
+
+/// B rows multiplied into the accumulators per pass of [`axpy_split`].
+const DEPTH: usize = 4;
+
+/// `c += a · b` (wrapping), shapes as in [`matmul_acc`], by streaming B row by row as it
+/// lies in memory: for each block of columns and of depth, every group of up to [`MR`] rows
+/// of A reads each B row once into accumulators in L1, loading and storing them once per
+/// [`DEPTH`] B rows. No packing: for a few rows, packing B would cost as much as the product.
+fn stream_rows(
+    a: &[u64],
+    b: &[u64],
+    ldb: usize,
+    c: &mut [u64],
+    ldc: usize,
+    (m, k, n): (usize, usize, usize),
+) {
+    // Columns per block: a multiple of the vector width within the accumulators' budget
+    // for the largest group.
+    let block = ROW_ACC_WORDS / (2 * m.clamp(1, MR)) / 4 * 4;
     let mut j0 = 0;
     while j0 < n {
-        let w = ROW_BLOCK.min(n - j0);
-        let vec_w = w / 4 * 4;
-        let mut low = [0u64; ROW_BLOCK];
-        let mut cross = [0u64; ROW_BLOCK];
-        for (p, &x) in a_row.iter().enumerate() {
-            let b_row = &b[p * ldb + j0..][..w];
-            // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only
-            // entry); `b_row`, `low` and `cross` hold at least `vec_w` words.
-            unsafe { axpy_split(x, &b_row[..vec_w], &mut low[..vec_w], &mut cross[..vec_w]) };
-            // The columns past the last whole vector: full products into `low`.
-            for (l, &y) in low[vec_w..w].iter_mut().zip(&b_row[vec_w..]) {
-                *l = l.wrapping_add(x.wrapping_mul(y));
+        let cols = (j0, block.min(n - j0));
+        let mut p0 = 0;
+        while p0 < k {
+            let depth = (p0, STREAM_KC.min(k - p0));
+            let mut i = 0;
+            while i < m {
+                let rows = MR.min(m - i);
+                let (a, c) = (&a[i * k..], &mut c[i * ldc..]);
+                match rows {
+                    1 => stream_group::<1>(a, k, b, ldb, c, ldc, cols, depth),
+                    2 => stream_group::<2>(a, k, b, ldb, c, ldc, cols, depth),
+                    _ => stream_group::<MR>(a, k, b, ldb, c, ldc, cols, depth),
+                }
+                i += rows;
             }
+            p0 += depth.1;
         }
-        for ((y, l), cr) in c_row[j0..j0 + w].iter_mut().zip(&low).zip(&cross) {
-            *y = y.wrapping_add(l.wrapping_add(cr << 32));
-        }
-        j0 += w;
+        j0 += cols.1;
     }
 }
 
-/// `low += xₗ·yₗ` and `cross += xₗ·yₕ + xₕ·yₗ`, lane by lane over `y` (whose length is a
-/// multiple of 4, as are `low`'s and `cross`'s, all equal).
+/// `C[0..R, j0..j0+w] += A[0..R, p0..p0+d] · B[p0..p0+d, j0..j0+w]` (wrapping), A of row
+/// stride `lda`, B of `ldb`, C of `ldc`, with `2·R·w ≤ ROW_ACC_WORDS`.
+#[allow(clippy::too_many_arguments)]
+fn stream_group<const R: usize>(
+    a: &[u64],
+    lda: usize,
+    b: &[u64],
+    ldb: usize,
+    c: &mut [u64],
+    ldc: usize,
+    (j0, w): (usize, usize),
+    (p0, d): (usize, usize),
+) {
+    let vec_w = w / 4 * 4;
+    let mut low = [0u64; ROW_ACC_WORDS / 2];
+    let mut cross = [0u64; ROW_ACC_WORDS / 2];
+    let mut p = p0;
+    while p < p0 + d {
+        // DEPTH B rows at a time; past the block the rows repeat its last with a zero
+        // factor.
+        let rows = DEPTH.min(p0 + d - p);
+        let b_rows: [&[u64]; DEPTH] =
+            core::array::from_fn(|q| &b[(p + q.min(rows - 1)) * ldb + j0..][..w]);
+        let xs: [[u64; R]; DEPTH] = core::array::from_fn(|q| {
+            core::array::from_fn(|r| if q < rows { a[r * lda + p + q] } else { 0 })
+        });
+        // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only entry);
+        // every B row holds `w ≥ vec_w` words, and `low` and `cross` hold R rows of
+        // `w ≥ vec_w` words.
+        unsafe { axpy_split(&xs, &b_rows, vec_w, &mut low, &mut cross, w) };
+        // The columns past the last whole vector: full products into `low`.
+        for (b_row, xs) in b_rows.iter().zip(&xs).take(rows) {
+            for (r, &x) in xs.iter().enumerate() {
+                for (l, &y) in low[r * w..][vec_w..w].iter_mut().zip(&b_row[vec_w..]) {
+                    *l = l.wrapping_add(x.wrapping_mul(y));
+                }
+            }
+        }
+        p += rows;
+    }
+    for r in 0..R {
+        let (l, cr) = (&low[r * w..][..w], &cross[r * w..][..w]);
+        for ((y, l), cr) in c[r * ldc + j0..][..w].iter_mut().zip(l).zip(cr) {
+            // The two 32-bit halves of the cross lane, summed modulo 2^32 (0 in the tail
+            // columns).
+            let cross = cr.wrapping_add(cr >> 32);
+            *y = y.wrapping_add(l.wrapping_add(cross << 32));
+        }
+    }
+}
+
+/// For each row r < R: `low[r·stride..] += x_rₗ·yₗ` and, in the two 32-bit halves of
+/// each `cross[r·stride..]` lane, `+= x_rₕ·yₗ` and `x_rₗ·yₕ` (both modulo 2^32), lane by
+/// lane over `y` (whose length is a multiple of 4); each `y` vector is loaded once for all
+/// R rows, and two multiplies make 4 products, as in [`micro`].
 ///
 /// # Safety
-/// AVX2 is available; `low` and `cross` are at least as long as `y`.
+/// AVX2 is available; `low` and `cross` hold at least `(R-1)·stride + y.len()` words.
 #[target_feature(enable = "avx2")]
-unsafe fn axpy_split(x: u64, y: &[u64], low: &mut [u64], cross: &mut [u64]) {
-    let xv = _mm256_set1_epi64x(x as i64);
-    let xh = _mm256_set1_epi64x((x >> 32) as i64);
-    let (yp, lp, cp) = (y.as_ptr(), low.as_mut_ptr(), cross.as_mut_ptr());
-    for j in (0..y.len() / 4).map(|q| 4 * q) {
-        // SAFETY: j + 4 ≤ y.len() ≤ low.len(), cross.len().
+unsafe fn axpy_split<const R: usize>(
+    xs: &[[u64; R]; DEPTH],
+    ys: &[&[u64]; DEPTH],
+    len: usize,
+    low: &mut [u64],
+    cross: &mut [u64],
+    stride: usize,
+) {
+    let mut x = [[_mm256_setzero_si256(); R]; DEPTH];
+    let mut x_swapped = [[_mm256_setzero_si256(); R]; DEPTH];
+    for q in 0..DEPTH {
+        for r in 0..R {
+            x[q][r] = core::hint::black_box(_mm256_set1_epi64x(xs[q][r] as i64));
+            x_swapped[q][r] = _mm256_set1_epi64x(xs[q][r].rotate_left(32) as i64);
+        }
+    }
+    let yp: [*const u64; DEPTH] = core::array::from_fn(|q| ys[q].as_ptr());
+    let (lp, cp) = (low.as_mut_ptr(), cross.as_mut_ptr());
+    for j in (0..len / 4).map(|q| 4 * q) {
         unsafe {
-            let yv = _mm256_loadu_si256(yp.add(j).cast());
-            let (l, c) = split_product(xv, xh, yv, _mm256_srli_epi64::<32>(yv));
-            let lo = _mm256_loadu_si256(lp.add(j).cast());
-            let cr = _mm256_loadu_si256(cp.add(j).cast());
-            _mm256_storeu_si256(lp.add(j).cast(), _mm256_add_epi64(lo, l));
-            _mm256_storeu_si256(cp.add(j).cast(), _mm256_add_epi64(cr, c));
+            let mut v = [_mm256_setzero_si256(); DEPTH];
+            for q in 0..DEPTH {
+                v[q] = _mm256_loadu_si256(yp[q].add(j).cast());
+            }
+            for r in 0..R {
+                let at = r * stride + j;
+                let mut l = _mm256_loadu_si256(lp.add(at).cast());
+                let mut c = _mm256_loadu_si256(cp.add(at).cast());
+                for q in 0..DEPTH {
+                    l = _mm256_add_epi64(l, _mm256_mul_epu32(x[q][r], v[q]));
+                    c = _mm256_add_epi32(c, _mm256_mullo_epi32(x_swapped[q][r], v[q]));
+                }
+                _mm256_storeu_si256(lp.add(at).cast(), l);
+                _mm256_storeu_si256(cp.add(at).cast(), c);
+            }
         }
     }
 }
