@@ -183,13 +183,15 @@ fn stream_group<const R: usize>(
     }
 }
 
-/// For each row r < R: `low[r·stride..] += x_rₗ·yₗ` and, in the two 32-bit halves of
-/// each `cross[r·stride..]` lane, `+= x_rₕ·yₗ` and `x_rₗ·yₕ` (both modulo 2^32), lane by
-/// lane over `y` (whose length is a multiple of 4); each `y` vector is loaded once for all
-/// R rows, and two multiplies make 4 products, as in [`micro`].
+/// For each row r < R and each of the DEPTH B rows `ys[q]` with its factor `xs[q][r]`:
+/// `low[r·stride..] += xₗ·yₗ` and, in the two 32-bit halves of each `cross[r·stride..]`
+/// lane, `+= xₕ·yₗ` and `xₗ·yₕ` (both modulo 2^32), lane by lane over the first `len`
+/// words (a multiple of 4). Each B vector is loaded once for all R rows, each accumulator
+/// once for all DEPTH B rows, and two multiplies make 4 products, as in [`micro`].
 ///
 /// # Safety
-/// AVX2 is available; `low` and `cross` hold at least `(R-1)·stride + y.len()` words.
+/// AVX2 is available; every `ys[q]` holds at least `len` words, and `low` and `cross` at
+/// least `(R-1)·stride + len`.
 #[target_feature(enable = "avx2")]
 unsafe fn axpy_split<const R: usize>(
     xs: &[[u64; R]; DEPTH],
@@ -203,6 +205,9 @@ unsafe fn axpy_split<const R: usize>(
     let mut x_swapped = [[_mm256_setzero_si256(); R]; DEPTH];
     for q in 0..DEPTH {
         for r in 0..R {
+            // Opaque to the optimiser: knowing that a lane's high half is the low one,
+            // LLVM turned `_mm256_mul_epu32` into a full 64-bit product (a second
+            // `vpmuludq`, of a high half it did not see was zero) in this loop.
             x[q][r] = core::hint::black_box(_mm256_set1_epi64x(xs[q][r] as i64));
             x_swapped[q][r] = _mm256_set1_epi64x(xs[q][r].rotate_left(32) as i64);
         }
@@ -210,6 +215,8 @@ unsafe fn axpy_split<const R: usize>(
     let yp: [*const u64; DEPTH] = core::array::from_fn(|q| ys[q].as_ptr());
     let (lp, cp) = (low.as_mut_ptr(), cross.as_mut_ptr());
     for j in (0..len / 4).map(|q| 4 * q) {
+        // SAFETY: j + 4 ≤ len ≤ ys[q].len(), and r·stride + j + 4 ≤ ·stride + len,
+        // within `low` and `cross`.
         unsafe {
             let mut v = [_mm256_setzero_si256(); DEPTH];
             for q in 0..DEPTH {
