@@ -17,8 +17,10 @@ use puma_core::kernel::{DetectedKernel, MatmulKernel};
 use puma_layers::kernel::ThreadedKernel;
 
 /// (name, m, k, n): GPT-2's linear layers for 32 tokens, a square product, the LM head for
-/// the last position.
-const SHAPES: [(&str, usize, usize, usize); 7] = [
+/// the last position; then products of a few rows, as a KV-cached step (1 row), a batch of
+/// prompts (2, 3) or a draft's verification (6) makes them: SmolLM2's MLP and LM head and
+/// GPT-2's first MLP product.
+const SHAPES: [(&str, usize, usize, usize); 13] = [
     ("qkv 32x768x2304", 32, 768, 2304),
     ("attn-proj 32x768x768", 32, 768, 768),
     ("fc 32x768x3072", 32, 768, 3072),
@@ -26,6 +28,12 @@ const SHAPES: [(&str, usize, usize, usize); 7] = [
     ("square 768x768x768", 768, 768, 768),
     ("medium-fc 32x1024x4096", 32, 1024, 4096),
     ("lm-head 1x768x50257", 1, 768, 50257),
+    ("fc 1x768x3072", 1, 768, 3072),
+    ("fc 2x576x1536", 2, 576, 1536),
+    ("fc-proj 3x1536x576", 3, 1536, 576),
+    ("fc 6x768x3072", 6, 768, 3072),
+    ("lm-head 2x576x49152", 2, 576, 49152),
+    ("lm-head 12x576x49152", 12, 576, 49152),
 ];
 
 fn threads() -> usize {

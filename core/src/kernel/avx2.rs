@@ -6,7 +6,7 @@
 //!
 //! Why streaming for few rows: packing B costs a pass over it, which few rows do not repay,
 //! and a row of B is contiguous where a panel's rows are `ldb` words apart. On this
-//! project's Zen 3 host (`cargo run --release -p puma-core --example kernel_rows`) the
+//! project's Zen 3 host (`MATMUL_NUM_THREADS=1 cargo bench -p puma-layers --bench kernel`) the
 //! stream made 3.5–5 G products per second for 1 to 64 rows where the packed tile made
 //! 1.6–3.9 below 32 rows; from 64 rows on the two are within the host's noise.
 //!
