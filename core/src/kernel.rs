@@ -393,6 +393,36 @@ mod tests {
     }
 
     #[test]
+    fn tall_products_of_one_to_three_columns() {
+        // The LM head as `head · hiddenᵀ`: many rows, a few columns, k past a whole number
+        // of vectors, B read at a row stride wider than its columns.
+        let (m, k, ldb) = (70, 37, 5);
+        let a: alloc::vec::Vec<u64> = (0..m * k)
+            .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
+            .collect();
+        let b_wide: alloc::vec::Vec<u64> = (0..k * ldb)
+            .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xabcd)
+            .collect();
+        for n in 1..=3 {
+            let b: alloc::vec::Vec<u64> = b_wide
+                .chunks_exact(ldb)
+                .flat_map(|row| row[..n].iter().copied())
+                .collect();
+            let mut want = alloc::vec![3u64; m * n];
+            naive(&a, &b, &mut want, m, k, n);
+            for kernel in simd_kernels() {
+                let mut got = alloc::vec![3u64; m * n];
+                kernel.matmul_acc(&a, &b, &mut got, m, k, n);
+                assert_eq!(got, want, "n = {n}, {:?}", kernel.kind());
+                // The same columns read in place from the wider B.
+                let mut got = alloc::vec![3u64; m * n];
+                kernel.matmul_acc_cols(&a, &b_wide, &mut got, m, k, ldb, 0..n);
+                assert_eq!(got, want, "n = {n} of {ldb}, {:?}", kernel.kind());
+            }
+        }
+    }
+
+    #[test]
     fn wide_rows_cross_column_blocks() {
         let (m, k, n) = (6, 5, 2 * COL_BLOCK + 3);
         let a: alloc::vec::Vec<u64> = (0..m * k as u64 as usize)

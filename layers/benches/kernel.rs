@@ -19,8 +19,9 @@ use puma_layers::kernel::ThreadedKernel;
 /// (name, m, k, n): GPT-2's linear layers for 32 tokens, a square product, the LM head for
 /// the last position; then products of a few rows, as a KV-cached step (1 row), a batch of
 /// prompts (2, 3) or a draft's verification (6) makes them: SmolLM2's MLP and LM head and
-/// GPT-2's first MLP product.
-const SHAPES: [(&str, usize, usize, usize); 13] = [
+/// GPT-2's first MLP product; last, the LM head as the decoders compute it, `head · hiddenᵀ`
+/// (vocabulary rows, a column per position).
+const SHAPES: [(&str, usize, usize, usize); 16] = [
     ("qkv 32x768x2304", 32, 768, 2304),
     ("attn-proj 32x768x768", 32, 768, 768),
     ("fc 32x768x3072", 32, 768, 3072),
@@ -34,6 +35,9 @@ const SHAPES: [(&str, usize, usize, usize); 13] = [
     ("fc 6x768x3072", 6, 768, 3072),
     ("lm-head 2x576x49152", 2, 576, 49152),
     ("lm-head 12x576x49152", 12, 576, 49152),
+    ("head-t 50257x768x1", 50257, 768, 1),
+    ("head-t 49152x576x2", 49152, 576, 2),
+    ("head-t 49152x576x3", 49152, 576, 3),
 ];
 
 fn threads() -> usize {

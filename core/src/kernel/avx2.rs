@@ -1,8 +1,10 @@
 //! The AVX2 ring matmul, for x86-64 CPUs without AVX-512 (e.g. AMD Zen 2 and 3). Products
 //! of up to 64 rows (prompts, batches, KV-cached steps) stream B row by row as it lies in
 //! memory, three rows of A at a time ([`stream_rows`]); larger ones use a 3×8 register
-//! tile, with B packed into 8-column panels per `KC × NC` cache block. Only [`matmul_acc`]
-//! is reachable, and only after [`detected`] said yes.
+//! tile, with B packed into 8-column panels per `KC × NC` cache block. Products of one to
+//! three columns, whatever their rows (the LM head as `head · hiddenᵀ`), are dot products
+//! of A's rows with B's columns ([`dots`]). Only [`matmul_acc`] is reachable, and only after
+//! [`detected`] said yes.
 //!
 //! Why streaming for few rows: packing B costs a pass over it, which few rows do not repay,
 //! and a row of B is contiguous where a panel's rows are `ldb` words apart. On this
@@ -21,9 +23,11 @@
 
 use core::arch::x86_64::{
     __m256i, _mm256_add_epi32, _mm256_add_epi64, _mm256_loadu_si256, _mm256_mul_epu32,
-    _mm256_mullo_epi32, _mm256_set1_epi64x, _mm256_setzero_si256, _mm256_slli_epi64,
-    _mm256_srli_epi64, _mm256_storeu_si256,
+    _mm256_mullo_epi32, _mm256_set1_epi64x, _mm256_setzero_si256, _mm256_shuffle_epi32,
+    _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_si256,
 };
+
+use alloc::vec::Vec;
 
 use super::blocking::{Plan, for_each_tile};
 use super::x86;
@@ -57,12 +61,14 @@ pub(super) fn matmul_acc(
     k: usize,
     n: usize,
 ) {
-    if n == 1 && ldb == 1 {
-        // A matrix-vector product (e.g. the LM head as `wte · h`): one dot product per row.
-        for (i, c_i) in c.iter_mut().step_by(ldc.max(1)).take(m).enumerate() {
-            *c_i = c_i.wrapping_add(dot(&a[i * k..][..k], &b[..k]));
-        }
-        return;
+    match n {
+        // Too few columns for a vector: dot products of A's rows with B's columns (the LM
+        // head as `head · hiddenᵀ` for one to three positions).
+        0 => return,
+        1 => return dots::<1>(a, b, ldb, c, ldc, m, k),
+        2 => return dots::<2>(a, b, ldb, c, ldc, m, k),
+        3 => return dots::<3>(a, b, ldb, c, ldc, m, k),
+        _ => {}
     }
     if m <= STREAM_MAX_ROWS {
         stream_rows(a, b, ldb, c, ldc, (m, k, n));
@@ -279,35 +285,6 @@ fn tile(
     }
 }
 
-/// `Σ x_p·y_p` (wrapping) of two equally long slices.
-fn dot(x: &[u64], y: &[u64]) -> u64 {
-    let n = x.len().min(y.len());
-    // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only entry), and
-    // `n` is within both slices.
-    unsafe { dot_avx2(&x[..n], &y[..n]) }
-}
-
-/// The 64-bit products of 4 lanes, split as `(xₗyₗ, xₗyₕ + xₕyₗ)`.
-///
-/// # Safety
-/// AVX2 is available.
-#[target_feature(enable = "avx2")]
-fn split_product(x: __m256i, xh: __m256i, y: __m256i, yh: __m256i) -> (__m256i, __m256i) {
-    (
-        _mm256_mul_epu32(x, y),
-        _mm256_add_epi64(_mm256_mul_epu32(x, yh), _mm256_mul_epu32(xh, y)),
-    )
-}
-
-/// `low + 2^32 · cross`, lane by lane (wrapping).
-///
-/// # Safety
-/// AVX2 is available.
-#[target_feature(enable = "avx2")]
-fn combine(low: __m256i, cross: __m256i) -> __m256i {
-    _mm256_add_epi64(low, _mm256_slli_epi64::<32>(cross))
-}
-
 /// `low + 2^32 · (c₀ + c₁)`, lane by lane (wrapping), where `c₀` and `c₁` are the low and
 /// high 32-bit halves of each lane of `cross` (sums of `xₕyₗ` and `xₗyₕ` modulo 2^32).
 ///
@@ -331,38 +308,75 @@ fn lanes(v: __m256i) -> [u64; 4] {
     out
 }
 
-/// # Safety
-/// AVX2 is available and `x.len() == y.len()`.
-#[target_feature(enable = "avx2")]
-unsafe fn dot_avx2(x: &[u64], y: &[u64]) -> u64 {
-    let (mut low, mut cross) = ([_mm256_setzero_si256(); 2], [_mm256_setzero_si256(); 2]);
-    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
-    let tail: u64 = xc
-        .remainder()
-        .iter()
-        .zip(yc.remainder())
-        .fold(0u64, |s, (&a, &b)| s.wrapping_add(a.wrapping_mul(b)));
-    for (xs, ys) in xc.zip(yc) {
-        for j in 0..2 {
-            // SAFETY: each chunk holds 8 words, so words 4j..4j+4 are in bounds.
-            let (xv, yv) = unsafe {
-                (
-                    _mm256_loadu_si256(xs.as_ptr().add(4 * j).cast()),
-                    _mm256_loadu_si256(ys.as_ptr().add(4 * j).cast()),
-                )
-            };
-            let (l, c) = split_product(
-                xv,
-                _mm256_srli_epi64::<32>(xv),
-                yv,
-                _mm256_srli_epi64::<32>(yv),
-            );
-            low[j] = _mm256_add_epi64(low[j], l);
-            cross[j] = _mm256_add_epi64(cross[j], c);
+/// `c += a · b` (wrapping) for B and C of N < 4 columns, shapes as in [`matmul_acc`]: B's
+/// columns are gathered into contiguous vectors (N·k words; A is the large operand here),
+/// and each row of A is loaded once for its N dot products.
+#[allow(clippy::too_many_arguments)]
+fn dots<const N: usize>(
+    a: &[u64],
+    b: &[u64],
+    ldb: usize,
+    c: &mut [u64],
+    ldc: usize,
+    m: usize,
+    k: usize,
+) {
+    let cols: Vec<u64> = (0..N)
+        .flat_map(|j| (0..k).map(move |p| b[p * ldb + j]))
+        .collect();
+    let cols: [&[u64]; N] = core::array::from_fn(|j| &cols[j * k..][..k]);
+    for (i, a_row) in a.chunks_exact(k.max(1)).take(m).enumerate() {
+        // SAFETY: `detected()` was checked by the caller of `matmul_acc` (the only entry),
+        // and every column holds k words, as the row does.
+        let sums = unsafe { dot_rows(&a_row[..k], &cols) };
+        for (y, s) in c[i * ldc..][..N].iter_mut().zip(sums) {
+            *y = y.wrapping_add(s);
         }
     }
-    let sum = _mm256_add_epi64(combine(low[0], cross[0]), combine(low[1], cross[1]));
-    lanes(sum).iter().fold(tail, |s, &v| s.wrapping_add(v))
+}
+
+/// `Σ_p x_p·ys[j][p]` (wrapping) for each j < N, over the length of `x`: each vector of
+/// `x` is loaded once for the N columns, and two multiplies make 4 products (`vpmuludq`
+/// for the low halves, `vpmulld` by `x` with its halves swapped for both cross terms).
+///
+/// # Safety
+/// AVX2 is available, and every `ys[j]` is at least as long as `x`.
+#[target_feature(enable = "avx2")]
+unsafe fn dot_rows<const N: usize>(x: &[u64], ys: &[&[u64]; N]) -> [u64; N] {
+    let mut low = [[_mm256_setzero_si256(); 2]; N];
+    let mut cross = [[_mm256_setzero_si256(); 2]; N];
+    let whole = x.len() / 8 * 8;
+    let xp = x.as_ptr();
+    let yp: [*const u64; N] = core::array::from_fn(|j| ys[j].as_ptr());
+    for at in (0..whole).step_by(8) {
+        // Two vectors a pass, each into its own accumulators (two chains of additions).
+        for h in 0..2 {
+            // SAFETY: at + 4h + 4 ≤ whole ≤ x.len() ≤ ys[j].len().
+            unsafe {
+                let xv = _mm256_loadu_si256(xp.add(at + 4 * h).cast());
+                // Each lane's 32-bit halves swapped: (x_h, x_l).
+                let x_swapped = _mm256_shuffle_epi32::<0b1011_0001>(xv);
+                for j in 0..N {
+                    let yv = _mm256_loadu_si256(yp[j].add(at + 4 * h).cast());
+                    low[j][h] = _mm256_add_epi64(low[j][h], _mm256_mul_epu32(xv, yv));
+                    cross[j][h] = _mm256_add_epi32(cross[j][h], _mm256_mullo_epi32(x_swapped, yv));
+                }
+            }
+        }
+    }
+    let mut sums = [0u64; N];
+    for (j, s) in sums.iter_mut().enumerate() {
+        let tail = x[whole..]
+            .iter()
+            .zip(&ys[j][whole..])
+            .fold(0u64, |s, (&a, &b)| s.wrapping_add(a.wrapping_mul(b)));
+        let sum = _mm256_add_epi64(
+            combine_halves(low[j][0], cross[j][0]),
+            combine_halves(low[j][1], cross[j][1]),
+        );
+        *s = lanes(sum).iter().fold(tail, |s, &v| s.wrapping_add(v));
+    }
+    sums
 }
 
 /// `A[0..R, 0..kc] · B[0..kc, 0..NR]` (wrapping), row by row.
