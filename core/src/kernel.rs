@@ -370,18 +370,27 @@ mod tests {
         }
     }
 
+    /// `len` words of a first operand: multiples of an odd constant, all bits in play.
+    fn operand_a(len: usize) -> alloc::vec::Vec<u64> {
+        (0..len)
+            .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
+            .collect()
+    }
+
+    /// `len` words of a second operand, unlike [`operand_a`]'s.
+    fn operand_b(len: usize) -> alloc::vec::Vec<u64> {
+        (0..len)
+            .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xabcd)
+            .collect()
+    }
+
     #[test]
     fn detected_kernel_crosses_column_blocks() {
         // n past the SIMD kernels' 1024- and 512-column cache blocks and k past their
         // 128- and 256-deep ones, with and without B packing (AVX2 packs past 64 rows).
         for m in [1, 2, 3, 9, 17, 70] {
             let (k, n) = (260, 2 * 1024 + 37);
-            let a: alloc::vec::Vec<u64> = (0..m * k)
-                .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
-                .collect();
-            let b: alloc::vec::Vec<u64> = (0..k * n)
-                .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xabcd)
-                .collect();
+            let (a, b) = (operand_a(m * k), operand_b(k * n));
             let mut want = alloc::vec![7u64; m * n];
             naive(&a, &b, &mut want, m, k, n);
             for kernel in simd_kernels() {
@@ -397,12 +406,7 @@ mod tests {
         // The LM head as `head · hiddenᵀ`: many rows, a few columns, k past a whole number
         // of vectors, B read at a row stride wider than its columns.
         let (m, k, ldb) = (70, 37, 5);
-        let a: alloc::vec::Vec<u64> = (0..m * k)
-            .map(|i| (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d))
-            .collect();
-        let b_wide: alloc::vec::Vec<u64> = (0..k * ldb)
-            .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xabcd)
-            .collect();
+        let (a, b_wide) = (operand_a(m * k), operand_b(k * ldb));
         for n in 1..=3 {
             let b: alloc::vec::Vec<u64> = b_wide
                 .chunks_exact(ldb)
