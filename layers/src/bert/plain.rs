@@ -212,7 +212,7 @@ pub fn cosine_matrix(e: ArrayView2<'_, f64>) -> Array2<f64> {
 }
 
 fn linear(x: ArrayView2<'_, f64>, l: &Linear) -> Array2<f64> {
-    x.dot(&l.w) + &l.b
+    crate::gpt2::plain::product(x, &l.w) + &l.b
 }
 
 /// A loaded BERT / RoBERTa encoder evaluated in `f64`.

@@ -64,20 +64,42 @@ pub fn layer_norm(x: ArrayView2<'_, f64>, w: &LayerNormWeights, eps: f64) -> Arr
 }
 
 /// `x · w + b` for `x` of `n × in`, `w` of `in × out` (a `Conv1D`).
+fn linear(x: ArrayView2<'_, f64>, w: &Array2<f64>, b: &Array1<f64>) -> Array2<f64> {
+    product(x, w) + b
+}
+
+/// `x · w` for `x` of `n × in` and `w` of `in × out`: the plaintext references' linear
+/// layers (GPT-2, LLaMA and BERT).
 ///
 /// For a few rows (the KV-cached steps) this accumulates rows of `w` scaled by the
 /// entries of `x`, reading `w` once in memory order; a general matrix product would first
 /// copy (pack) all of `w`, which costs more than the product itself for one row.
-fn linear(x: ArrayView2<'_, f64>, w: &Array2<f64>, b: &Array1<f64>) -> Array2<f64> {
+pub(crate) fn product(x: ArrayView2<'_, f64>, w: &Array2<f64>) -> Array2<f64> {
     if x.nrows() > 4 {
-        return x.dot(w) + b;
+        return x.dot(w);
     }
     let mut out = Array2::zeros((x.nrows(), w.ncols()));
     for (x_row, mut out_row) in x.rows().into_iter().zip(out.rows_mut()) {
-        out_row.assign(b);
         for (&xi, w_row) in x_row.iter().zip(w.rows()) {
             out_row.scaled_add(xi, &w_row);
         }
+    }
+    out
+}
+
+/// `hidden · headᵀ` for `hidden` of `n × d` and a head (or tied embedding) of `V × d`: the
+/// logits of every row.
+///
+/// For a few rows this takes each logit as the dot product of a row of `head` with a row of
+/// `hidden`, reading `head` once in memory order, instead of packing all of its transpose
+/// as a general matrix product does.
+pub(crate) fn head_product(hidden: ArrayView2<'_, f64>, head: &Array2<f64>) -> Array2<f64> {
+    if hidden.nrows() > 4 {
+        return hidden.dot(&head.t());
+    }
+    let mut out = Array2::zeros((hidden.nrows(), head.nrows()));
+    for (h_row, mut out_row) in hidden.rows().into_iter().zip(out.rows_mut()) {
+        out_row.assign(&head.dot(&h_row));
     }
     out
 }
@@ -414,7 +436,7 @@ impl PlainGpt2 {
     }
 
     fn logits(&self, hidden: ArrayView2<'_, f64>) -> Array2<f64> {
-        hidden.dot(&self.weights.lm_head().t())
+        head_product(hidden, self.weights.lm_head())
     }
 
     /// The forward pass of `ids` at positions `cache.len() ..`: returns the embeddings and

@@ -9,6 +9,7 @@ use super::config::LlamaConfig;
 use super::rope;
 use super::weights::{LlamaLoadError, LlamaWeights};
 use crate::gpt2::config::InputError;
+use crate::gpt2::plain::{head_product, product};
 use crate::nn::NormKind;
 use crate::nn::range::ActivationPeaks;
 
@@ -114,7 +115,7 @@ impl PlainLlama {
         let mut peaks = ActivationPeaks::default();
         let mut cache = self.new_cache();
         let hidden = self.run(ids, &mut cache, Some(&mut peaks))?;
-        let logits = hidden.dot(&self.w.lm_head().t());
+        let logits = head_product(hidden.view(), self.w.lm_head());
         ActivationPeaks::raise(&mut peaks.logits, logits.iter().copied());
         Ok(peaks)
     }
@@ -161,9 +162,9 @@ impl PlainLlama {
                 p.raise_norm_input(rms, x.view());
             }
             let a = rms_norm(x.view(), &layer.attn_norm, cfg.rms_norm_eps);
-            let mut q = a.dot(&layer.wq);
-            let mut k = a.dot(&layer.wk);
-            let v = a.dot(&layer.wv);
+            let mut q = product(a.view(), &layer.wq);
+            let mut k = product(a.view(), &layer.wk);
+            let v = product(a.view(), &layer.wv);
             for (i, (c, s)) in angles.iter().enumerate() {
                 if let Some(qrow) = q.row_mut(i).as_slice_mut() {
                     for head in qrow.chunks_exact_mut(hd) {
@@ -215,20 +216,20 @@ impl PlainLlama {
                 attn.slice_mut(s![.., head * hd..(head + 1) * hd])
                     .assign(&scores.dot(&vh));
             }
-            x = x + attn.dot(&layer.wo);
+            x = x + product(attn.view(), &layer.wo);
             if let Some(p) = peaks.as_deref_mut() {
                 p.raise_norm_input(rms, x.view());
             }
             let a2 = rms_norm(x.view(), &layer.mlp_norm, cfg.rms_norm_eps);
-            let gate = a2.dot(&layer.w_gate);
+            let gate = product(a2.view(), &layer.w_gate);
             if let Some(p) = peaks.as_deref_mut() {
                 ActivationPeaks::raise(&mut p.activation, gate.iter().copied());
             }
-            let up = a2.dot(&layer.w_up);
+            let up = product(a2.view(), &layer.w_up);
             let act = ndarray::Zip::from(&gate)
                 .and(&up)
                 .map_collect(|&g, &u| silu(g) * u);
-            let down = act.dot(&layer.w_down);
+            let down = product(act.view(), &layer.w_down);
             if let Some(p) = peaks.as_deref_mut() {
                 // Both products are summed in the MLP's narrow ring.
                 ActivationPeaks::raise(&mut p.mlp_products, act.iter().copied());
@@ -250,7 +251,7 @@ impl PlainLlama {
     pub fn forward(&self, ids: &[u32]) -> Result<Array2<f64>, InputError> {
         let mut cache = self.new_cache();
         let hidden = self.hidden_with_cache(ids, &mut cache)?;
-        Ok(hidden.dot(&self.w.lm_head().t()))
+        Ok(head_product(hidden.view(), self.w.lm_head()))
     }
 
     /// The final hidden states of every position of `ids` (after the last RMSNorm).
