@@ -26,7 +26,7 @@ fn run_once<F, Fut, T>(n: usize, f: F) -> (u64, u32)
 where
     F: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    T: 'static,
+    T: Send + 'static,
 {
     let out = Sim::new(1).run(move |_| {
         let f = f.clone();
@@ -45,7 +45,7 @@ fn bench_one<F, Fut, T>(c: &mut Criterion, name: &str, n: usize, units: usize, f
 where
     F: Fn(Ctx, Shares) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    T: 'static,
+    T: Send + 'static,
 {
     let (bytes, rounds) = run_once(n, f.clone());
     println!(

@@ -137,7 +137,7 @@ fn measure<F, Fut, T>(f: F) -> Measure
 where
     F: Fn(Ctx, PartyId) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    T: 'static,
+    T: Send + 'static,
 {
     Box::new(move || {
         let out = Sim::new(1).run(move |me| {

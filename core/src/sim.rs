@@ -9,7 +9,7 @@ use core::future::Future;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use crate::engine::{Config, Ctx, Input, Output, Session, Stats};
+use crate::engine::{Config, Ctx, Engine, Erased, Input, Output, Start, Stats, erase, unerase};
 use crate::error::Error;
 use crate::party::PartyId;
 
@@ -131,19 +131,29 @@ impl Sim {
     /// `Input::Timeout` at each waiting party, as a host timer would.
     pub fn run<T, F, G, Fut>(&mut self, mut make: F) -> Outcome<T>
     where
-        T: 'static,
+        T: Send + 'static,
         F: FnMut(PartyId) -> G,
         G: FnOnce(Ctx) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
+        let Outcome { results, stats } = self.run_erased(&mut |p| erase(make(p)));
+        Outcome {
+            results: results.map(unerase),
+            stats,
+        }
+    }
+
+    /// [`Sim::run`] with the results' type erased: the simulator's loop is compiled once,
+    /// not once per protocol that a test runs.
+    fn run_erased(&mut self, make: &mut dyn FnMut(PartyId) -> Start) -> Outcome<Erased> {
         let mut entropy_rng = ChaCha8Rng::seed_from_u64(self.seed);
-        let mut results: [Option<Result<T, Error>>; 3] = [None, None, None];
-        let mut sessions: Vec<Option<Session<T>>> = PartyId::ALL
+        let mut results: [Option<Result<Erased, Error>>; 3] = [None, None, None];
+        let mut sessions: Vec<Option<Engine>> = PartyId::ALL
             .iter()
             .map(|&p| {
                 let mut e = [0u8; 32];
                 entropy_rng.fill_bytes(&mut e);
-                match Session::new(self.cfg.clone(), p, e, make(p)) {
+                match Engine::new(self.cfg.clone(), p, e, make(p)) {
                     Ok(s) => Some(s),
                     Err(err) => {
                         if let Some(r) = results.get_mut(p.index()) {

@@ -80,7 +80,9 @@ use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::any::Any;
 use core::future::Future;
+use core::marker::PhantomData;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 
@@ -251,20 +253,54 @@ impl Stats {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send>>;
-type Start<T> = Box<dyn FnOnce(Ctx) -> BoxFuture<T> + Send>;
+/// A protocol's result with its type erased: the engine ([`Engine`]) is compiled once, in
+/// this crate, instead of once per result type in every crate that runs protocols (the
+/// typed [`Session`] only boxes and unboxes).
+pub(crate) type Erased = Box<dyn Any + Send>;
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Erased, Error>> + Send>>;
+/// Builds a party's protocol once its keys are agreed.
+pub(crate) type Start = Box<dyn FnOnce(Ctx) -> BoxFuture + Send>;
 
-enum Phase<T> {
+/// `protocol` with its result boxed as [`Erased`].
+pub(crate) fn erase<T, F, Fut>(protocol: F) -> Start
+where
+    T: Send + 'static,
+    F: FnOnce(Ctx) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, Error>> + Send + 'static,
+{
+    Box::new(move |ctx| Box::pin(async move { protocol(ctx).await.map(|v| Box::new(v) as Erased) }))
+}
+
+/// An [`Erased`] result as the type its protocol returned.
+pub(crate) fn unerase<T: 'static>(result: Result<Erased, Error>) -> Result<T, Error> {
+    result.and_then(|v| {
+        v.downcast::<T>()
+            .map(|v| *v)
+            .map_err(|_| Error::bug("a session's result has another type"))
+    })
+}
+
+/// [`Output`] with the result's type restored.
+fn unerase_output<T: 'static>(output: Output<Erased>) -> Output<T> {
+    match output {
+        Output::Transmit(t) => Output::Transmit(t),
+        Output::Yielded => Output::Yielded,
+        Output::Pending { waiting_for } => Output::Pending { waiting_for },
+        Output::Done(result) => Output::Done(unerase(result)),
+    }
+}
+
+enum Phase {
     /// Waiting for the seed of `next`.
     Setup {
-        start: Start<T>,
+        start: Start,
         next_seed: Option<Key>,
     },
     Running {
-        fut: BoxFuture<T>,
+        fut: BoxFuture,
     },
     /// Finished; queued frames are flushed before `Done` is returned.
-    Ending(Result<T, Error>),
+    Ending(Result<Erased, Error>),
     Finished,
 }
 
@@ -323,12 +359,19 @@ impl PeerProgress {
     }
 }
 
-/// One party's run of one protocol. See the [module docs](self) for the run loop.
+/// One party's run of one protocol, whose result is a `T`. See the [module docs](self)
+/// for the run loop.
 pub struct Session<T> {
+    engine: Engine,
+    result: PhantomData<fn() -> T>,
+}
+
+/// [`Session`] with the protocol's result type erased ([`Erased`]).
+pub(crate) struct Engine {
     me: PartyId,
     cfg: Config,
     mailbox: Arc<Mutex<Mailbox>>,
-    phase: Phase<T>,
+    phase: Phase,
     own_seed: Key,
     private_key: Key,
     out: VecDeque<Transmit>,
@@ -350,7 +393,7 @@ pub struct Session<T> {
     stats: Stats,
 }
 
-impl<T> Drop for Session<T> {
+impl Drop for Engine {
     fn drop(&mut self) {
         // A session dropped before its setup finished still holds its seeds.
         zeroize::Zeroize::zeroize(&mut self.own_seed);
@@ -360,6 +403,12 @@ impl<T> Drop for Session<T> {
 
 impl<T> core::fmt::Debug for Session<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.engine.fmt(f)
+    }
+}
+
+impl core::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
             "Session {{ me: {}, session_id: {}, epoch: {} }}",
@@ -368,7 +417,7 @@ impl<T> core::fmt::Debug for Session<T> {
     }
 }
 
-impl<T: 'static> Session<T> {
+impl<T: Send + 'static> Session<T> {
     /// Starts a session for party `me`: queues the setup frame and, once keys are agreed,
     /// runs `protocol` on the root context.
     ///
@@ -387,12 +436,7 @@ impl<T: 'static> Session<T> {
         F: FnOnce(Ctx) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
-        let mut rng = ChaCha12Rng::from_seed(entropy);
-        let mut own_seed = [0u8; 32];
-        let mut private_key = [0u8; 32];
-        rng.fill_bytes(&mut own_seed);
-        rng.fill_bytes(&mut private_key);
-        Self::with_keys(cfg, me, own_seed, private_key, protocol)
+        Ok(Self::typed(Engine::new(cfg, me, entropy, erase(protocol))?))
     }
 
     /// [`Session::new`] with this party's pairwise seed (the one it sends `P_{i-1}`) and
@@ -414,25 +458,82 @@ impl<T: 'static> Session<T> {
         F: FnOnce(Ctx) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
-        Self::with_keys(cfg, me, own_seed, private_key, protocol)
+        let engine = Engine::with_keys(cfg, me, own_seed, private_key, erase(protocol))?;
+        Ok(Self::typed(engine))
     }
 
-    fn with_keys<F, Fut>(
+    fn typed(engine: Engine) -> Self {
+        Session {
+            engine,
+            result: PhantomData,
+        }
+    }
+}
+
+impl<T: 'static> Session<T> {
+    /// This session's party.
+    pub fn me(&self) -> PartyId {
+        self.engine.me
+    }
+
+    /// The session's configuration.
+    pub fn config(&self) -> &Config {
+        &self.engine.cfg
+    }
+
+    /// Communication counters so far.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats()
+    }
+
+    /// Whether `Done` has been returned.
+    pub fn is_finished(&self) -> bool {
+        self.engine.is_finished()
+    }
+
+    /// Feeds one input. Never blocks and performs no IO.
+    ///
+    /// # Errors
+    /// `Misuse` after `Done` or for a frame "from" this party itself. Any other error means
+    /// the session has failed: abort frames for the peers and `Done(Err)` follow from
+    /// [`Session::poll_output`], and the same error is returned here for convenience.
+    pub fn handle_input(&mut self, input: Input<'_>) -> Result<(), Error> {
+        self.engine.handle_input(input)
+    }
+
+    /// Returns the next thing the host must do. See the [module docs](self).
+    pub fn poll_output(&mut self) -> Output<T> {
+        unerase_output(self.engine.poll_output())
+    }
+}
+
+impl Engine {
+    /// [`Session::new`] for an erased protocol.
+    pub(crate) fn new(
+        cfg: Config,
+        me: PartyId,
+        entropy: [u8; 32],
+        start: Start,
+    ) -> Result<Self, Error> {
+        let mut rng = ChaCha12Rng::from_seed(entropy);
+        let mut own_seed = [0u8; 32];
+        let mut private_key = [0u8; 32];
+        rng.fill_bytes(&mut own_seed);
+        rng.fill_bytes(&mut private_key);
+        Self::with_keys(cfg, me, own_seed, private_key, start)
+    }
+
+    fn with_keys(
         cfg: Config,
         me: PartyId,
         own_seed: Key,
         private_key: Key,
-        protocol: F,
-    ) -> Result<Self, Error>
-    where
-        F: FnOnce(Ctx) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    {
+        start: Start,
+    ) -> Result<Self, Error> {
         if cfg.max_frame_len < MIN_FRAME_LEN {
             return Err(Error::misuse("max_frame_len is too small"));
         }
-        let start: Start<T> = Box::new(move |ctx| Box::pin(protocol(ctx)));
-        let mut s = Session {
+        let mut s = Engine {
             me,
             cfg,
             mailbox: Arc::new(Mutex::new(Mailbox::default())),
@@ -468,23 +569,13 @@ impl<T: 'static> Session<T> {
         Ok(s)
     }
 
-    /// This session's party.
-    pub fn me(&self) -> PartyId {
-        self.me
-    }
-
-    /// The session's configuration.
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
     /// Communication counters so far.
-    pub fn stats(&self) -> Stats {
+    pub(crate) fn stats(&self) -> Stats {
         self.stats.clone()
     }
 
     /// Whether `Done` has been returned.
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Finished)
     }
 
@@ -518,13 +609,8 @@ impl<T: 'static> Session<T> {
             .find(|p| !self.peers[p.index()].has_ended(self.epoch))
     }
 
-    /// Feeds one input. Never blocks and performs no IO.
-    ///
-    /// # Errors
-    /// `Misuse` after `Done` or for a frame "from" this party itself. Any other error means
-    /// the session has failed: abort frames for the peers and `Done(Err)` follow from
-    /// [`Session::poll_output`], and the same error is returned here for convenience.
-    pub fn handle_input(&mut self, input: Input<'_>) -> Result<(), Error> {
+    /// [`Session::handle_input`].
+    pub(crate) fn handle_input(&mut self, input: Input<'_>) -> Result<(), Error> {
         if matches!(self.phase, Phase::Ending(_) | Phase::Finished) {
             return Err(Error::misuse("input to a finished session"));
         }
@@ -720,8 +806,8 @@ impl<T: 'static> Session<T> {
         self.phase = Phase::Ending(Err(e));
     }
 
-    /// Returns the next thing the host must do. See the [module docs](self).
-    pub fn poll_output(&mut self) -> Output<T> {
+    /// [`Session::poll_output`], with the result erased.
+    pub(crate) fn poll_output(&mut self) -> Output<Erased> {
         loop {
             if let Some(t) = self.out.pop_front() {
                 return Output::Transmit(t);

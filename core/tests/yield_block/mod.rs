@@ -165,7 +165,7 @@ pub fn run(w: &Weights, work_budget: u64) -> Result<Run<Vec<u64>>, Error> {
 /// delivers the frames it sent and moves to the next one.
 pub fn drive<T, P, F, Fut>(work_budget: u64, mut protocol: P) -> Result<Run<T>, Error>
 where
-    T: 'static,
+    T: Send + 'static,
     P: FnMut(PartyId) -> F,
     F: FnOnce(Ctx) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, Error>> + Send + 'static,

@@ -377,7 +377,7 @@ fn decode(tok: &Tokenizer, ids: &[u32]) -> String {
 const FAILED_LINGER: Duration = Duration::from_millis(500);
 
 /// Runs one session over `link`; returns the client's output and the session's counters.
-fn run_session<T: 'static, F, Fut>(
+fn run_session<T: Send + 'static, F, Fut>(
     cfg: Config,
     me: PartyId,
     entropy: [u8; 32],
