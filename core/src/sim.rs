@@ -1,4 +1,4 @@
-//! A deterministic three-party simulator (feature `dev`): three [`Session`]s in one thread,
+//! A deterministic three-party simulator (feature `dev`): three [`Session`](crate::Session)s in one thread,
 //! frames delivered in a seeded order, with optional fault injection. No IO, no clock.
 
 use alloc::boxed::Box;
