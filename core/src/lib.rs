@@ -60,8 +60,8 @@ pub mod sim;
 pub mod wire;
 
 pub use engine::{
-    Config, Ctx, Input, Meter, Output, Session, Stats, Transmit, join, join_all, try_join,
-    try_join_all,
+    BoxedProtocol, Config, Ctx, Input, Meter, Output, Session, Stats, Transmit, join, join_all,
+    try_join, try_join_all,
 };
 pub use error::{Error, ErrorKind};
 pub use fixed::FixedPoint;

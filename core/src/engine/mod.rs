@@ -253,6 +253,11 @@ impl Stats {
     }
 }
 
+/// A protocol's future, boxed: what the model layer's entry points return. An `async fn`
+/// awaited from another crate is compiled again in that crate, with every `async fn` it
+/// awaits in turn; a boxed future's body is compiled once, in the crate that defines it.
+pub type BoxedProtocol<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
 /// A protocol's result with its type erased: the engine ([`Engine`]) is compiled once, in
 /// this crate, instead of once per result type in every crate that runs protocols (the
 /// typed [`Session`] only boxes and unboxes).

@@ -13,7 +13,7 @@
 //! softmax over each sequence's real tokens (padded positions are never computed).
 
 use puma_core::proto;
-use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Width};
+use puma_core::{BoxedProtocol, Ctx, Error, FixedPoint, PartyId, Shares, Width};
 
 use super::config::BertConfig;
 use super::plain::BertBatch;
@@ -54,34 +54,36 @@ impl BertHeads {
     /// # Errors
     /// `Misuse` if the owner passes nothing; `Protocol` if the announced heads are
     /// malformed (more than [`MAX_LABELS`] labels, or a classifier without a pooler).
-    pub async fn announce(
-        ctx: &mut Ctx,
+    pub fn announce<'a>(
+        ctx: &'a mut Ctx,
         owner: PartyId,
         heads: Option<BertHeads>,
-    ) -> Result<BertHeads, Error> {
-        let me = ctx.me();
-        let words = match (me == owner, heads) {
-            (true, Some(h)) => {
-                let v = [u64::from(h.pooler), h.labels as u64];
-                ctx.send(me.next(), &v, Width::W64)?;
-                ctx.send(me.prev(), &v, Width::W64)?;
-                v.to_vec()
+    ) -> BoxedProtocol<'a, BertHeads> {
+        Box::pin(async move {
+            let me = ctx.me();
+            let words = match (me == owner, heads) {
+                (true, Some(h)) => {
+                    let v = [u64::from(h.pooler), h.labels as u64];
+                    ctx.send(me.next(), &v, Width::W64)?;
+                    ctx.send(me.prev(), &v, Width::W64)?;
+                    v.to_vec()
+                }
+                (true, None) => return Err(Error::misuse("the model owner must pass its heads")),
+                (false, _) => ctx.recv(owner, 2, Width::W64).await?,
+            };
+            let labels = words
+                .get(1)
+                .and_then(|&l| usize::try_from(l).ok())
+                .filter(|&l| l <= MAX_LABELS);
+            let pooler = words.first().copied();
+            match (pooler, labels) {
+                (Some(p @ (0 | 1)), Some(labels)) if p == 1 || labels == 0 => Ok(BertHeads {
+                    pooler: p == 1,
+                    labels,
+                }),
+                _ => Err(Error::protocol(owner, "malformed model heads")),
             }
-            (true, None) => return Err(Error::misuse("the model owner must pass its heads")),
-            (false, _) => ctx.recv(owner, 2, Width::W64).await?,
-        };
-        let labels = words
-            .get(1)
-            .and_then(|&l| usize::try_from(l).ok())
-            .filter(|&l| l <= MAX_LABELS);
-        let pooler = words.first().copied();
-        match (pooler, labels) {
-            (Some(p @ (0 | 1)), Some(labels)) if p == 1 || labels == 0 => Ok(BertHeads {
-                pooler: p == 1,
-                labels,
-            }),
-            _ => Err(Error::protocol(owner, "malformed model heads")),
-        }
+        })
     }
 
     /// The heads of loaded weights.
@@ -523,14 +525,14 @@ impl SharedBert {
     /// # Errors
     /// `Misuse` if the owner's weights do not match the config and heads or do not fit the
     /// fixed-point format; `Protocol` on a malformed message.
-    pub async fn share(
-        ctx: &mut Ctx,
+    pub fn share<'a>(
+        ctx: &'a mut Ctx,
         owner: PartyId,
-        cfg: &BertConfig,
+        cfg: &'a BertConfig,
         heads: BertHeads,
-        weights: Option<&BertWeights>,
-    ) -> Result<SharedBert, Error> {
-        Self::share_observed(ctx, owner, cfg, heads, weights, None).await
+        weights: Option<&'a BertWeights>,
+    ) -> BoxedProtocol<'a, SharedBert> {
+        Box::pin(async move { Self::share_observed(ctx, owner, cfg, heads, weights, None).await })
     }
 
     /// [`SharedBert::share`], telling `observer` (if any) how far the sharing has come at
@@ -538,35 +540,37 @@ impl SharedBert {
     ///
     /// # Errors
     /// As [`SharedBert::share`].
-    pub async fn share_observed(
-        ctx: &mut Ctx,
+    pub fn share_observed<'a>(
+        ctx: &'a mut Ctx,
         owner: PartyId,
-        cfg: &BertConfig,
+        cfg: &'a BertConfig,
         heads: BertHeads,
-        weights: Option<&BertWeights>,
-        observer: Option<&ShareObserver>,
-    ) -> Result<SharedBert, Error> {
-        check_shape(cfg, heads)?;
-        let list = tensors(cfg, heads);
-        let plan = plan(cfg, heads);
-        let fx = ctx.fixed();
-        let weights = match weights {
-            Some(w) if ctx.me() == owner => {
-                if BertHeads::of(w) != heads || w.layers.len() != cfg.num_hidden_layers {
-                    return Err(Error::misuse("weights do not match the config"));
+        weights: Option<&'a BertWeights>,
+        observer: Option<&'a ShareObserver>,
+    ) -> BoxedProtocol<'a, SharedBert> {
+        Box::pin(async move {
+            check_shape(cfg, heads)?;
+            let list = tensors(cfg, heads);
+            let plan = plan(cfg, heads);
+            let fx = ctx.fixed();
+            let weights = match weights {
+                Some(w) if ctx.me() == owner => {
+                    if BertHeads::of(w) != heads || w.layers.len() != cfg.num_hidden_layers {
+                        return Err(Error::misuse("weights do not match the config"));
+                    }
+                    Some(w)
                 }
-                Some(w)
-            }
-            _ => None,
-        };
-        let encoded = weights.map(|w| OwnerTensors {
-            cfg,
-            w,
-            tensors: list.into_iter(),
-            fx,
-        });
-        let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
-        Self::from_tensors(cfg.clone(), heads, shared)
+                _ => None,
+            };
+            let encoded = weights.map(|w| OwnerTensors {
+                cfg,
+                w,
+                tensors: list.into_iter(),
+                fx,
+            });
+            let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+            Self::from_tensors(cfg.clone(), heads, shared)
+        })
     }
 
     /// A model of `cfg` with `heads` built from one party's shares of its tensors (named
@@ -754,124 +758,128 @@ impl SharedBert {
 /// `Misuse` for a batch that does not fit the model or the public shape (no input value
 /// is named); `Protocol` on a malformed message.
 #[allow(clippy::too_many_arguments)]
-pub async fn encode_batch(
-    ctx: &mut Ctx,
-    model: &SharedBert,
-    client: &ClientAt,
-    input: Option<&BertBatch>,
-    (shape, first_only): (&BatchShape, bool),
-    settings: &SecureSettings,
-    costs: &mut LayerCosts,
-    observer: Option<&Observer>,
-) -> Result<Shares, Error> {
-    let cfg = &model.cfg;
-    shape
-        .as_batch()
-        .check_shape(cfg)
-        .map_err(|_| Error::misuse("batch shape does not fit the model"))?;
-    let d = cfg.hidden_size;
-    let heads = Heads {
-        q: cfg.num_attention_heads,
-        kv: cfg.num_attention_heads,
-        dim: cfg.head_dim(),
-    };
-    let real = shape.real_rows();
-    let lens = shape.lens();
-    let n = real.len();
-    let width = cfg.vocab_size + cfg.type_vocab_size;
-    let bound = settings.residual_bound;
-    let m0 = ctx.meter();
-    let one_hot = match client {
-        ClientAt::Party(client) => {
-            let hot = match input {
-                Some(b) if ctx.me() == *client => {
-                    if BatchShape::of(b) != *shape {
-                        return Err(Error::misuse(
-                            "the client's batch does not fit the model or the public shape",
-                        ));
+pub fn encode_batch<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedBert,
+    client: &'a ClientAt,
+    input: Option<&'a BertBatch>,
+    (shape, first_only): (&'a BatchShape, bool),
+    settings: &'a SecureSettings,
+    costs: &'a mut LayerCosts,
+    observer: Option<&'a Observer>,
+) -> BoxedProtocol<'a, Shares> {
+    Box::pin(async move {
+        let cfg = &model.cfg;
+        shape
+            .as_batch()
+            .check_shape(cfg)
+            .map_err(|_| Error::misuse("batch shape does not fit the model"))?;
+        let d = cfg.hidden_size;
+        let heads = Heads {
+            q: cfg.num_attention_heads,
+            kv: cfg.num_attention_heads,
+            dim: cfg.head_dim(),
+        };
+        let real = shape.real_rows();
+        let lens = shape.lens();
+        let n = real.len();
+        let width = cfg.vocab_size + cfg.type_vocab_size;
+        let bound = settings.residual_bound;
+        let m0 = ctx.meter();
+        let one_hot = match client {
+            ClientAt::Party(client) => {
+                let hot = match input {
+                    Some(b) if ctx.me() == *client => {
+                        if BatchShape::of(b) != *shape {
+                            return Err(Error::misuse(
+                                "the client's batch does not fit the model or the public shape",
+                            ));
+                        }
+                        b.check(cfg).map_err(|_| {
+                            Error::misuse("the client's batch does not fit the model")
+                        })?;
+                        Some(input_columns(b, cfg.vocab_size, cfg.type_vocab_size)?)
                     }
-                    b.check(cfg)
-                        .map_err(|_| Error::misuse("the client's batch does not fit the model"))?;
-                    Some(input_columns(b, cfg.vocab_size, cfg.type_vocab_size)?)
-                }
-                _ => None,
-            };
-            share_one_hot(ctx, *client, hot.as_deref(), n, 2, width).await?
-        }
-        ClientAt::Outside { prompt_hot, .. } => {
-            if Some(prompt_hot.len()) != n.checked_mul(width) {
-                return Err(Error::misuse(
-                    "the dealt input rows do not fit the model or the public shape",
-                ));
+                    _ => None,
+                };
+                share_one_hot(ctx, *client, hot.as_deref(), n, 2, width).await?
             }
-            prompt_hot.clone()
+            ClientAt::Outside { prompt_hot, .. } => {
+                if Some(prompt_hot.len()) != n.checked_mul(width) {
+                    return Err(Error::misuse(
+                        "the dealt input rows do not fit the model or the public shape",
+                    ));
+                }
+                prompt_hot.clone()
+            }
+        };
+        let m1 = ctx.meter();
+        costs.add(LayerKind::Input, m0, m1);
+        let emb = embed(ctx, &one_hot, &model.emb_table, n, width, d).await?;
+        drop(one_hot);
+        let pos_ids = shape.as_batch().position_ids(cfg);
+        let pos_idx: Vec<usize> = real
+            .iter()
+            .flat_map(|&r| {
+                let p = pos_ids.get(r).copied().unwrap_or(0);
+                (0..d).map(move |j| p * d + j)
+            })
+            .collect();
+        let x = emb.add(&model.position.gather(&pos_idx)?)?;
+        let m2 = ctx.meter();
+        costs.add(LayerKind::Embedding, m1, m2);
+        let mut x = model.emb_ln.forward(ctx, &x, n, d, bound).await?;
+        costs.add(LayerKind::LayerNorm, m2, ctx.meter());
+        let act = Activation::from(cfg.activation);
+        let layers = model.layers.len();
+        let mut n = n;
+        for (l, layer) in model.layers.iter().enumerate() {
+            // The projection's summands are local; the attention finishes them (two rounds,
+            // counted as linear) in its own layout.
+            let qkv = layer.qkv.summands(ctx, &x, n).await?;
+            let first = first_only && l + 1 == layers;
+            let exp = settings.softmax_exp;
+            let ctxv =
+                attention::bidirectional(ctx, heads, qkv, (&lens, first), exp, costs).await?;
+            if first {
+                // From here on, each sequence's first token only.
+                x = x.gather(&shape.first_rows(d))?;
+                n = lens.len();
+            }
+            let a1 = ctx.meter();
+            let attn = layer.attn_out.forward(ctx, &ctxv, n).await?;
+            let a2 = ctx.meter();
+            costs.add(LayerKind::Linear, a1, a2);
+            x = layer
+                .attn_ln
+                .forward(ctx, &x.add(&attn)?, n, d, bound)
+                .await?;
+            let a3 = ctx.meter();
+            costs.add(LayerKind::LayerNorm, a2, a3);
+            // The intermediate projection truncated into the ring the activation reads, the
+            // activation lifted into the MLP's ring only, and the output projection summed
+            // there, as in the decoders (crate::nn::activation::MLP_RING_BITS).
+            let input = act.input_ring(settings, ctx.fixed().frac_bits())?;
+            let hidden = layer.inter.forward_into(ctx, &x, n, input).await?;
+            let a4 = ctx.meter();
+            costs.add(LayerKind::Linear, a3, a4);
+            let ring = mlp_ring()?;
+            let h = act
+                .forward_into(ctx, &hidden, settings, (input, ring))
+                .await?;
+            let a5 = ctx.meter();
+            costs.add(act.kind(), a4, a5);
+            let o = layer.out.forward_from(ctx, &h, n, ring).await?;
+            let a6 = ctx.meter();
+            costs.add(LayerKind::Linear, a5, a6);
+            x = layer.out_ln.forward(ctx, &x.add(&o)?, n, d, bound).await?;
+            costs.add(LayerKind::LayerNorm, a6, ctx.meter());
+            if let Some(obs) = observer {
+                obs(Progress::Layer { step: 0, layer: l });
+            }
         }
-    };
-    let m1 = ctx.meter();
-    costs.add(LayerKind::Input, m0, m1);
-    let emb = embed(ctx, &one_hot, &model.emb_table, n, width, d).await?;
-    drop(one_hot);
-    let pos_ids = shape.as_batch().position_ids(cfg);
-    let pos_idx: Vec<usize> = real
-        .iter()
-        .flat_map(|&r| {
-            let p = pos_ids.get(r).copied().unwrap_or(0);
-            (0..d).map(move |j| p * d + j)
-        })
-        .collect();
-    let x = emb.add(&model.position.gather(&pos_idx)?)?;
-    let m2 = ctx.meter();
-    costs.add(LayerKind::Embedding, m1, m2);
-    let mut x = model.emb_ln.forward(ctx, &x, n, d, bound).await?;
-    costs.add(LayerKind::LayerNorm, m2, ctx.meter());
-    let act = Activation::from(cfg.activation);
-    let layers = model.layers.len();
-    let mut n = n;
-    for (l, layer) in model.layers.iter().enumerate() {
-        // The projection's summands are local; the attention finishes them (two rounds,
-        // counted as linear) in its own layout.
-        let qkv = layer.qkv.summands(ctx, &x, n).await?;
-        let first = first_only && l + 1 == layers;
-        let exp = settings.softmax_exp;
-        let ctxv = attention::bidirectional(ctx, heads, qkv, (&lens, first), exp, costs).await?;
-        if first {
-            // From here on, each sequence's first token only.
-            x = x.gather(&shape.first_rows(d))?;
-            n = lens.len();
-        }
-        let a1 = ctx.meter();
-        let attn = layer.attn_out.forward(ctx, &ctxv, n).await?;
-        let a2 = ctx.meter();
-        costs.add(LayerKind::Linear, a1, a2);
-        x = layer
-            .attn_ln
-            .forward(ctx, &x.add(&attn)?, n, d, bound)
-            .await?;
-        let a3 = ctx.meter();
-        costs.add(LayerKind::LayerNorm, a2, a3);
-        // The intermediate projection truncated into the ring the activation reads, the
-        // activation lifted into the MLP's ring only, and the output projection summed
-        // there, as in the decoders (crate::nn::activation::MLP_RING_BITS).
-        let input = act.input_ring(settings, ctx.fixed().frac_bits())?;
-        let hidden = layer.inter.forward_into(ctx, &x, n, input).await?;
-        let a4 = ctx.meter();
-        costs.add(LayerKind::Linear, a3, a4);
-        let ring = mlp_ring()?;
-        let h = act
-            .forward_into(ctx, &hidden, settings, (input, ring))
-            .await?;
-        let a5 = ctx.meter();
-        costs.add(act.kind(), a4, a5);
-        let o = layer.out.forward_from(ctx, &h, n, ring).await?;
-        let a6 = ctx.meter();
-        costs.add(LayerKind::Linear, a5, a6);
-        x = layer.out_ln.forward(ctx, &x.add(&o)?, n, d, bound).await?;
-        costs.add(LayerKind::LayerNorm, a6, ctx.meter());
-        if let Some(obs) = observer {
-            obs(Progress::Layer { step: 0, layer: l });
-        }
-    }
-    Ok(x)
+        Ok(x)
+    })
 }
 
 /// The one-hot columns of a batch's real tokens, in batch order, two per token: the word
@@ -924,41 +932,43 @@ const NORM_EXTRA: u32 = 8;
 ///
 /// # Errors
 /// `Misuse` for shapes that do not match; `Protocol` on a malformed message.
-pub async fn sentence_embeddings(
-    ctx: &mut Ctx,
-    hidden: &Shares,
-    shape: &BatchShape,
+pub fn sentence_embeddings<'a>(
+    ctx: &'a mut Ctx,
+    hidden: &'a Shares,
+    shape: &'a BatchShape,
     d: usize,
-) -> Result<Shares, Error> {
-    let (lens, starts) = (shape.lens(), shape.starts());
-    if d == 0 || hidden.len() != lens.iter().sum::<usize>() * d {
-        return Err(Error::misuse("hidden states do not match the batch shape"));
-    }
-    let fx = ctx.fixed();
-    let f = fx.frac_bits();
-    let mut sums = Vec::with_capacity(shape.batch);
-    let mut inv = Vec::with_capacity(shape.batch * d);
-    for (&len, &start) in lens.iter().zip(&starts) {
-        // Column-major over the sequence's rows, so that each column's values are adjacent.
-        let idx: Vec<usize> = (0..d)
-            .flat_map(|j| (start..start + len).map(move |t| t * d + j))
-            .collect();
-        sums.push(hidden.gather(&idx)?.sum_chunks(len.max(1))?);
-        let c = fx.encode(1.0 / len.max(1) as f64)?;
-        inv.extend(std::iter::repeat_n(c, d));
-    }
-    let sums = Shares::concat(&sums.iter().collect::<Vec<_>>())?;
-    let mean = proto::trunc(ctx, &sums.mul_public(&inv)?, f).await?;
-    let sq = proto::square(ctx, &mean).await?;
-    let sq = proto::trunc(ctx, &sq, f).await?;
-    let norm2 = sq.sum_chunks(d)?;
-    let lo = f.checked_sub(8).ok_or(Error::misuse(
-        "sentence embeddings need at least 8 fractional bits",
-    ))?;
-    let r = proto::rsqrt(ctx, &norm2, lo, f + 16, NORM_EXTRA).await?;
-    let bcast: Vec<usize> = (0..shape.batch * d).map(|i| i / d).collect();
-    let e = proto::mul(ctx, &mean, &r.gather(&bcast)?).await?;
-    proto::trunc(ctx, &e, f + NORM_EXTRA).await
+) -> BoxedProtocol<'a, Shares> {
+    Box::pin(async move {
+        let (lens, starts) = (shape.lens(), shape.starts());
+        if d == 0 || hidden.len() != lens.iter().sum::<usize>() * d {
+            return Err(Error::misuse("hidden states do not match the batch shape"));
+        }
+        let fx = ctx.fixed();
+        let f = fx.frac_bits();
+        let mut sums = Vec::with_capacity(shape.batch);
+        let mut inv = Vec::with_capacity(shape.batch * d);
+        for (&len, &start) in lens.iter().zip(&starts) {
+            // Column-major over the sequence's rows, so that each column's values are adjacent.
+            let idx: Vec<usize> = (0..d)
+                .flat_map(|j| (start..start + len).map(move |t| t * d + j))
+                .collect();
+            sums.push(hidden.gather(&idx)?.sum_chunks(len.max(1))?);
+            let c = fx.encode(1.0 / len.max(1) as f64)?;
+            inv.extend(std::iter::repeat_n(c, d));
+        }
+        let sums = Shares::concat(&sums.iter().collect::<Vec<_>>())?;
+        let mean = proto::trunc(ctx, &sums.mul_public(&inv)?, f).await?;
+        let sq = proto::square(ctx, &mean).await?;
+        let sq = proto::trunc(ctx, &sq, f).await?;
+        let norm2 = sq.sum_chunks(d)?;
+        let lo = f.checked_sub(8).ok_or(Error::misuse(
+            "sentence embeddings need at least 8 fractional bits",
+        ))?;
+        let r = proto::rsqrt(ctx, &norm2, lo, f + 16, NORM_EXTRA).await?;
+        let bcast: Vec<usize> = (0..shape.batch * d).map(|i| i / d).collect();
+        let e = proto::mul(ctx, &mean, &r.gather(&bcast)?).await?;
+        proto::trunc(ctx, &e, f + NORM_EXTRA).await
+    })
 }
 
 /// The pooled output `tanh(pooler(h[first token]))` (`batch × d`) and, with a classifier,
@@ -970,26 +980,28 @@ pub async fn sentence_embeddings(
 /// # Errors
 /// `Misuse` if the model has no pooler or `first` is not `batch × d`; `Protocol` on a
 /// malformed message.
-pub async fn pool_and_classify(
-    ctx: &mut Ctx,
-    model: &SharedBert,
-    first: &Shares,
-    shape: &BatchShape,
-) -> Result<(Shares, Option<Shares>), Error> {
-    let pooler = model
-        .pooler
-        .as_ref()
-        .ok_or(Error::misuse("the model has no pooler"))?;
-    if Some(first.len()) != shape.batch.checked_mul(model.cfg.hidden_size) {
-        return Err(Error::misuse("the pooler reads one row per sequence"));
-    }
-    let p = pooler.forward(ctx, first, shape.batch).await?;
-    let pooled = proto::tanh(ctx, &p).await?;
-    let logits = match &model.classifier {
-        Some(c) => Some(c.forward(ctx, &pooled, shape.batch).await?),
-        None => None,
-    };
-    Ok((pooled, logits))
+pub fn pool_and_classify<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedBert,
+    first: &'a Shares,
+    shape: &'a BatchShape,
+) -> BoxedProtocol<'a, (Shares, Option<Shares>)> {
+    Box::pin(async move {
+        let pooler = model
+            .pooler
+            .as_ref()
+            .ok_or(Error::misuse("the model has no pooler"))?;
+        if Some(first.len()) != shape.batch.checked_mul(model.cfg.hidden_size) {
+            return Err(Error::misuse("the pooler reads one row per sequence"));
+        }
+        let p = pooler.forward(ctx, first, shape.batch).await?;
+        let pooled = proto::tanh(ctx, &p).await?;
+        let logits = match &model.classifier {
+            Some(c) => Some(c.forward(ctx, &pooled, shape.batch).await?),
+            None => None,
+        };
+        Ok((pooled, logits))
+    })
 }
 
 /// The whole secure evaluation: encoder, then what `outputs` asks for, revealed to the
@@ -1000,16 +1012,16 @@ pub async fn pool_and_classify(
 /// `Misuse` for inputs that do not fit, or for pooled output / logits from a model without
 /// pooler / classifier; `Protocol` on a malformed message.
 #[allow(clippy::too_many_arguments)]
-pub async fn run(
-    ctx: &mut Ctx,
-    model: &SharedBert,
+pub fn run<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedBert,
     client: impl Into<ClientAt>,
-    input: Option<&BertBatch>,
-    shape: &BatchShape,
+    input: Option<&'a BertBatch>,
+    shape: &'a BatchShape,
     outputs: Outputs,
-    settings: &SecureSettings,
-) -> Result<Revealed, Error> {
-    run_observed(ctx, model, client, input, shape, outputs, settings, None).await
+    settings: &'a SecureSettings,
+) -> BoxedProtocol<'a, Revealed> {
+    run_observed(ctx, model, client, input, shape, outputs, settings, None)
 }
 
 /// [`run`], telling `observer` (if any) of each finished encoder layer
@@ -1018,115 +1030,140 @@ pub async fn run(
 /// # Errors
 /// As [`run`].
 #[allow(clippy::too_many_arguments)]
-pub async fn run_observed(
-    ctx: &mut Ctx,
-    model: &SharedBert,
+pub fn run_observed<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedBert,
     client: impl Into<ClientAt>,
-    input: Option<&BertBatch>,
-    shape: &BatchShape,
+    input: Option<&'a BertBatch>,
+    shape: &'a BatchShape,
     outputs: Outputs,
-    settings: &SecureSettings,
-    observer: Option<&Observer>,
-) -> Result<Revealed, Error> {
-    if outputs.logits && model.heads.labels == 0 {
-        return Err(Error::misuse("the model has no classification head"));
-    }
-    let client: ClientAt = client.into();
-    let mut costs = LayerCosts::default();
-    // Only the pooler reads the last layer: its first tokens are all the encoder makes.
-    let first_only = !outputs.hidden && !outputs.embeddings;
-    let hidden = encode_batch(
+    settings: &'a SecureSettings,
+    observer: Option<&'a Observer>,
+) -> BoxedProtocol<'a, Revealed> {
+    run_observed_at(
         ctx,
         model,
-        &client,
+        client.into(),
         input,
-        (shape, first_only),
+        shape,
+        outputs,
         settings,
-        &mut costs,
         observer,
     )
-    .await?;
-    let d = model.cfg.hidden_size;
-    let mut parts: Vec<Shares> = Vec::new();
-    let mut lens = Vec::new();
-    if outputs.hidden {
-        lens.push(hidden.len());
-        parts.push(hidden.clone());
-    }
-    let m0 = ctx.meter();
-    if outputs.pooled || outputs.logits {
-        let gathered;
-        let first = if first_only {
-            &hidden
-        } else {
-            gathered = hidden.gather(&shape.first_rows(d))?;
-            &gathered
-        };
-        let (pooled, logits) = pool_and_classify(ctx, model, first, shape).await?;
-        if outputs.pooled {
-            lens.push(pooled.len());
-            parts.push(pooled);
+}
+
+/// [`run_observed`] with the client's place converted, boxed where it is compiled once.
+#[allow(clippy::too_many_arguments)]
+fn run_observed_at<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedBert,
+    client: ClientAt,
+    input: Option<&'a BertBatch>,
+    shape: &'a BatchShape,
+    outputs: Outputs,
+    settings: &'a SecureSettings,
+    observer: Option<&'a Observer>,
+) -> BoxedProtocol<'a, Revealed> {
+    Box::pin(async move {
+        if outputs.logits && model.heads.labels == 0 {
+            return Err(Error::misuse("the model has no classification head"));
         }
-        if outputs.logits {
-            let logits = logits.ok_or(Error::bug("classifier missing"))?;
-            lens.push(logits.len());
-            parts.push(logits);
+        let mut costs = LayerCosts::default();
+        // Only the pooler reads the last layer: its first tokens are all the encoder makes.
+        let first_only = !outputs.hidden && !outputs.embeddings;
+        let hidden = encode_batch(
+            ctx,
+            model,
+            &client,
+            input,
+            (shape, first_only),
+            settings,
+            &mut costs,
+            observer,
+        )
+        .await?;
+        let d = model.cfg.hidden_size;
+        let mut parts: Vec<Shares> = Vec::new();
+        let mut lens = Vec::new();
+        if outputs.hidden {
+            lens.push(hidden.len());
+            parts.push(hidden.clone());
         }
-    }
-    let m1 = ctx.meter();
-    costs.add(LayerKind::Pooler, m0, m1);
-    if outputs.embeddings {
-        let e = sentence_embeddings(ctx, &hidden, shape, d).await?;
-        lens.push(e.len());
-        parts.push(e);
-    }
-    let m2 = ctx.meter();
-    costs.add(LayerKind::MeanPooling, m1, m2);
-    let all = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
-    let opened = match &client {
-        ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
-        ClientAt::Outside { deliver, .. } => {
-            deliver(Delivery {
-                what: Delivered::Encoded,
-                shares: all,
-            });
-            None
-        }
-    };
-    costs.add(LayerKind::Output, m2, ctx.meter());
-    let mut out = Revealed {
-        costs,
-        ..Revealed::default()
-    };
-    if let Some(raw) = opened {
-        let vals = ctx.fixed().decode_slice(&raw);
-        let mut it = lens.into_iter();
-        let mut off = 0;
-        let mut next = |want: bool| -> Option<Vec<f64>> {
-            if !want {
-                return None;
+        let m0 = ctx.meter();
+        if outputs.pooled || outputs.logits {
+            let gathered;
+            let first = if first_only {
+                &hidden
+            } else {
+                gathered = hidden.gather(&shape.first_rows(d))?;
+                &gathered
+            };
+            let (pooled, logits) = pool_and_classify(ctx, model, first, shape).await?;
+            if outputs.pooled {
+                lens.push(pooled.len());
+                parts.push(pooled);
             }
-            let n = it.next().unwrap_or(0);
-            let v = vals.get(off..off + n).map(<[f64]>::to_vec);
-            off += n;
-            v
+            if outputs.logits {
+                let logits = logits.ok_or(Error::bug("classifier missing"))?;
+                lens.push(logits.len());
+                parts.push(logits);
+            }
+        }
+        let m1 = ctx.meter();
+        costs.add(LayerKind::Pooler, m0, m1);
+        if outputs.embeddings {
+            let e = sentence_embeddings(ctx, &hidden, shape, d).await?;
+            lens.push(e.len());
+            parts.push(e);
+        }
+        let m2 = ctx.meter();
+        costs.add(LayerKind::MeanPooling, m1, m2);
+        let all = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
+        let opened = match &client {
+            ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
+            ClientAt::Outside { deliver, .. } => {
+                deliver(Delivery {
+                    what: Delivered::Encoded,
+                    shares: all,
+                });
+                None
+            }
         };
-        out.hidden = next(outputs.hidden).map(|real| {
-            // Back to batch × seq_len rows, zeros at the padded positions.
-            let mut full = vec![0.0; shape.rows() * d];
-            for (k, &r) in shape.real_rows().iter().enumerate() {
-                if let (Some(dst), Some(src)) = (
-                    full.get_mut(r * d..(r + 1) * d),
-                    real.get(k * d..(k + 1) * d),
-                ) {
-                    dst.copy_from_slice(src);
+        costs.add(LayerKind::Output, m2, ctx.meter());
+        let mut out = Revealed {
+            costs,
+            ..Revealed::default()
+        };
+        if let Some(raw) = opened {
+            let vals = ctx.fixed().decode_slice(&raw);
+            let mut it = lens.into_iter();
+            let mut off = 0;
+            let mut next = |want: bool| -> Option<Vec<f64>> {
+                if !want {
+                    return None;
                 }
-            }
-            full
-        });
-        out.pooled = next(outputs.pooled);
-        out.logits = next(outputs.logits);
-        out.embeddings = next(outputs.embeddings);
-    }
-    Ok(out)
+                let n = it.next().unwrap_or(0);
+                let v = vals.get(off..off + n).map(<[f64]>::to_vec);
+                off += n;
+                v
+            };
+            out.hidden = next(outputs.hidden).map(|real| {
+                // Back to batch × seq_len rows, zeros at the padded positions.
+                let mut full = vec![0.0; shape.rows() * d];
+                for (k, &r) in shape.real_rows().iter().enumerate() {
+                    if let (Some(dst), Some(src)) = (
+                        full.get_mut(r * d..(r + 1) * d),
+                        real.get(k * d..(k + 1) * d),
+                    ) {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                full
+            });
+            out.pooled = next(outputs.pooled);
+            out.logits = next(outputs.logits);
+            out.embeddings = next(outputs.embeddings);
+        }
+        Ok(out)
+    })
 }

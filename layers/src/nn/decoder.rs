@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use puma_core::{Ctx, Error, FixedPoint, PartyId, Shares, Summands, Width, proto};
+use puma_core::{BoxedProtocol, Ctx, Error, FixedPoint, PartyId, Shares, Summands, Width, proto};
 
 use super::activation::{Activation, mlp_ring};
 use super::attention::{self, Heads, KvCache, split_heads, transpose};
@@ -1204,43 +1204,45 @@ impl RopeMap {
 /// # Errors
 /// `Misuse` for an empty or too long input or ids outside the vocabulary; `Protocol` on a
 /// malformed message.
-pub async fn forward_logits(
-    ctx: &mut Ctx,
-    model: &SharedDecoder,
+pub fn forward_logits<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedDecoder,
     client: PartyId,
-    ids: Option<&[u32]>,
+    ids: Option<&'a [u32]>,
     len: usize,
-    settings: &SecureSettings,
-) -> Result<Option<Vec<f64>>, Error> {
-    let spec = &model.spec;
-    let v = spec.vocab;
-    if len == 0 || len > spec.max_positions {
-        return Err(Error::misuse(
-            "input length must be in 1..=the model's maximum positions",
-        ));
-    }
-    let one_hot = share_one_hot(ctx, client, ids, len, 1, v).await?;
-    let positions: Vec<usize> = (0..len).collect();
-    let x = model.embed_rows(ctx, &one_hot, &positions).await?;
-    let mut cache = KvCache::default();
-    let mut costs = LayerCosts::default();
-    let hidden = model
-        .blocks_forward(
-            ctx,
-            x,
-            &mut [&mut cache],
-            (&[len], &[len]),
-            settings,
-            &mut costs,
-            0,
-            None,
-        )
-        .await?;
-    let logits = model
-        .logits(ctx, &hidden, len, settings, &mut costs)
-        .await?;
-    let fx = ctx.fixed();
-    Ok(proto::reveal_to(ctx, &logits, client)
-        .await?
-        .map(|raw| fx.decode_slice(&raw)))
+    settings: &'a SecureSettings,
+) -> BoxedProtocol<'a, Option<Vec<f64>>> {
+    Box::pin(async move {
+        let spec = &model.spec;
+        let v = spec.vocab;
+        if len == 0 || len > spec.max_positions {
+            return Err(Error::misuse(
+                "input length must be in 1..=the model's maximum positions",
+            ));
+        }
+        let one_hot = share_one_hot(ctx, client, ids, len, 1, v).await?;
+        let positions: Vec<usize> = (0..len).collect();
+        let x = model.embed_rows(ctx, &one_hot, &positions).await?;
+        let mut cache = KvCache::default();
+        let mut costs = LayerCosts::default();
+        let hidden = model
+            .blocks_forward(
+                ctx,
+                x,
+                &mut [&mut cache],
+                (&[len], &[len]),
+                settings,
+                &mut costs,
+                0,
+                None,
+            )
+            .await?;
+        let logits = model
+            .logits(ctx, &hidden, len, settings, &mut costs)
+            .await?;
+        let fx = ctx.fixed();
+        Ok(proto::reveal_to(ctx, &logits, client)
+            .await?
+            .map(|raw| fx.decode_slice(&raw)))
+    })
 }

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use puma_core::proto::SamplingParams;
-use puma_core::{Ctx, Error, PartyId, Shares, Width, proto};
+use puma_core::{BoxedProtocol, Ctx, Error, PartyId, Shares, Width, proto};
 
 use super::attention::{KvCache, starts};
 use super::client::{ClientAt, Delivered, Delivery};
@@ -280,32 +280,60 @@ struct StepResult {
 /// without its stop test or rules that do not go together; `Protocol` on a malformed
 /// message.
 #[allow(clippy::too_many_arguments)]
-pub async fn generate(
-    ctx: &mut Ctx,
-    model: &SharedDecoder,
+pub fn generate<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedDecoder,
     client: impl Into<ClientAt>,
-    prompt: Option<&[u32]>,
+    prompt: Option<&'a [u32]>,
     prompt_len: usize,
-    decoding: &Decoding,
-    settings: &SecureSettings,
+    decoding: &'a Decoding,
+    settings: &'a SecureSettings,
     observer: Option<Observer>,
-    stop: Option<&StopCheck>,
-) -> Result<Generation, Error> {
-    let prompts = prompt.map(|p| vec![p.to_vec()]);
-    let mut outs = generate_batch(
+    stop: Option<&'a StopCheck>,
+) -> BoxedProtocol<'a, Generation> {
+    generate_at(
         ctx,
         model,
-        client,
-        prompts.as_deref(),
-        &[prompt_len],
+        client.into(),
+        prompt,
+        prompt_len,
         decoding,
         settings,
         observer,
         stop,
     )
-    .await?;
-    outs.pop()
-        .ok_or(Error::bug("a batch of one produced no generation"))
+}
+
+/// [`generate`] with the client's place converted, boxed where it is compiled once.
+#[allow(clippy::too_many_arguments)]
+fn generate_at<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedDecoder,
+    client: ClientAt,
+    prompt: Option<&'a [u32]>,
+    prompt_len: usize,
+    decoding: &'a Decoding,
+    settings: &'a SecureSettings,
+    observer: Option<Observer>,
+    stop: Option<&'a StopCheck>,
+) -> BoxedProtocol<'a, Generation> {
+    Box::pin(async move {
+        let prompts = prompt.map(|p| vec![p.to_vec()]);
+        let mut outs = generate_batch(
+            ctx,
+            model,
+            client,
+            prompts.as_deref(),
+            &[prompt_len],
+            decoding,
+            settings,
+            observer,
+            stop,
+        )
+        .await?;
+        outs.pop()
+            .ok_or(Error::bug("a batch of one produced no generation"))
+    })
 }
 
 /// [`generate`] for a batch of prompts of public lengths `lens` (ragged), which share
@@ -331,501 +359,530 @@ pub async fn generate(
 /// # Errors
 /// As [`generate`]; `Misuse` also for no prompts or prompts that do not match `lens`.
 #[allow(clippy::too_many_arguments)]
-pub async fn generate_batch(
-    ctx: &mut Ctx,
-    model: &SharedDecoder,
+pub fn generate_batch<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedDecoder,
     client: impl Into<ClientAt>,
-    prompts: Option<&[Vec<u32>]>,
-    lens: &[usize],
-    decoding: &Decoding,
-    settings: &SecureSettings,
+    prompts: Option<&'a [Vec<u32>]>,
+    lens: &'a [usize],
+    decoding: &'a Decoding,
+    settings: &'a SecureSettings,
     observer: Option<Observer>,
-    stop: Option<&StopCheck>,
-) -> Result<Vec<Generation>, Error> {
-    let spec = model.spec();
-    let v = spec.vocab;
-    let (max_new, mode) = (decoding.max_new, decoding.mode);
-    if lens.is_empty() {
-        return Err(Error::misuse("a batch needs at least one prompt"));
-    }
-    if lens
-        .iter()
-        .any(|&l| l == 0 || l.saturating_add(max_new) > spec.max_positions)
-    {
-        return Err(Error::misuse(
-            "prompt length plus new tokens must be in 1..=the model's maximum positions",
-        ));
-    }
-    if decoding.eos.iter().any(|&e| e as usize >= v) {
-        return Err(Error::misuse(
-            "end-of-sequence ids must be below the vocabulary size",
-        ));
-    }
-    if let Some(p) = &decoding.sampling {
-        p.validate(v)?;
-    }
-    if decoding.drafts > 0 && (mode != OutputMode::SecureArgmax || decoding.sampling.is_some()) {
-        return Err(Error::misuse(
-            "speculative verification needs the secure-argmax output mode and greedy picks",
-        ));
-    }
-    let client: ClientAt = client.into();
-    if client.party().is_none()
-        && (mode == OutputMode::RevealLogits || decoding.client_stops || decoding.drafts > 0)
-    {
-        return Err(Error::misuse(
-            "a client outside the parties takes the secure-argmax or private output mode, \
-             without stop strings or drafts",
-        ));
-    }
-    let is_client = client.party() == Some(ctx.me());
-    if is_client && decoding.client_stops && stop.is_none() {
-        return Err(Error::misuse(
-            "the client must pass its stop test when the decoding says it has one",
-        ));
-    }
-    let contexts: Vec<Vec<u32>> = match (is_client, prompts) {
-        (true, Some(p))
-            if p.len() == lens.len() && p.iter().zip(lens).all(|(p, &l)| p.len() == l) =>
-        {
-            p.to_vec()
+    stop: Option<&'a StopCheck>,
+) -> BoxedProtocol<'a, Vec<Generation>> {
+    generate_batch_at(
+        ctx,
+        model,
+        client.into(),
+        prompts,
+        lens,
+        decoding,
+        settings,
+        observer,
+        stop,
+    )
+}
+
+/// [`generate_batch`] with the client's place converted, boxed where it is compiled once.
+#[allow(clippy::too_many_arguments)]
+fn generate_batch_at<'a>(
+    ctx: &'a mut Ctx,
+    model: &'a SharedDecoder,
+    client: ClientAt,
+    prompts: Option<&'a [Vec<u32>]>,
+    lens: &'a [usize],
+    decoding: &'a Decoding,
+    settings: &'a SecureSettings,
+    observer: Option<Observer>,
+    stop: Option<&'a StopCheck>,
+) -> BoxedProtocol<'a, Vec<Generation>> {
+    Box::pin(async move {
+        let spec = model.spec();
+        let v = spec.vocab;
+        let (max_new, mode) = (decoding.max_new, decoding.mode);
+        if lens.is_empty() {
+            return Err(Error::misuse("a batch needs at least one prompt"));
         }
-        (true, _) => {
+        if lens
+            .iter()
+            .any(|&l| l == 0 || l.saturating_add(max_new) > spec.max_positions)
+        {
             return Err(Error::misuse(
-                "the client must pass one prompt of each public length",
+                "prompt length plus new tokens must be in 1..=the model's maximum positions",
             ));
         }
-        (false, _) => vec![Vec::new(); lens.len()],
-    };
-    let fx = ctx.fixed();
-    let emit = |ev| {
-        if let Some(obs) = observer.as_ref() {
-            obs(ev);
+        if decoding.eos.iter().any(|&e| e as usize >= v) {
+            return Err(Error::misuse(
+                "end-of-sequence ids must be below the vocabulary size",
+            ));
         }
-    };
-    let mut costs = LayerCosts::default();
-    let mut step_costs = Vec::new();
-    // The first step's one-hot rows come from the client; a step's costs include its input.
-    let mut step_begin = ctx.meter();
-    let all_prompts: Option<Vec<u32>> = is_client.then(|| contexts.concat());
-    let total: usize = lens.iter().sum();
-    let (client, prompt_hot) = match client {
-        ClientAt::Party(p) => {
-            let hot = share_one_hot(ctx, p, all_prompts.as_deref(), total, 1, v).await?;
-            (ClientAt::Party(p), hot)
+        if let Some(p) = &decoding.sampling {
+            p.validate(v)?;
         }
-        ClientAt::Outside {
-            prompt_hot,
-            deliver,
-        } => {
-            if prompt_hot.len() != total.saturating_mul(v) {
+        if decoding.drafts > 0 && (mode != OutputMode::SecureArgmax || decoding.sampling.is_some())
+        {
+            return Err(Error::misuse(
+                "speculative verification needs the secure-argmax output mode and greedy picks",
+            ));
+        }
+        if client.party().is_none()
+            && (mode == OutputMode::RevealLogits || decoding.client_stops || decoding.drafts > 0)
+        {
+            return Err(Error::misuse(
+                "a client outside the parties takes the secure-argmax or private output mode, \
+                 without stop strings or drafts",
+            ));
+        }
+        let is_client = client.party() == Some(ctx.me());
+        if is_client && decoding.client_stops && stop.is_none() {
+            return Err(Error::misuse(
+                "the client must pass its stop test when the decoding says it has one",
+            ));
+        }
+        let contexts: Vec<Vec<u32>> = match (is_client, prompts) {
+            (true, Some(p))
+                if p.len() == lens.len() && p.iter().zip(lens).all(|(p, &l)| p.len() == l) =>
+            {
+                p.to_vec()
+            }
+            (true, _) => {
                 return Err(Error::misuse(
-                    "the outside client's prompt rows do not match the prompt lengths",
+                    "the client must pass one prompt of each public length",
                 ));
             }
-            let rest = ClientAt::Outside {
-                prompt_hot: Shares::zeros(ctx.me(), 0),
+            (false, _) => vec![Vec::new(); lens.len()],
+        };
+        let fx = ctx.fixed();
+        let emit = |ev| {
+            if let Some(obs) = observer.as_ref() {
+                obs(ev);
+            }
+        };
+        let mut costs = LayerCosts::default();
+        let mut step_costs = Vec::new();
+        // The first step's one-hot rows come from the client; a step's costs include its input.
+        let mut step_begin = ctx.meter();
+        let all_prompts: Option<Vec<u32>> = is_client.then(|| contexts.concat());
+        let total: usize = lens.iter().sum();
+        let (client, prompt_hot) = match client {
+            ClientAt::Party(p) => {
+                let hot = share_one_hot(ctx, p, all_prompts.as_deref(), total, 1, v).await?;
+                (ClientAt::Party(p), hot)
+            }
+            ClientAt::Outside {
+                prompt_hot,
                 deliver,
-            };
-            (rest, prompt_hot)
-        }
-    };
-    costs.add(LayerKind::Input, step_begin, ctx.meter());
-    let mut seqs = Vec::with_capacity(lens.len());
-    let mut first = 0;
-    for (&len, context) in lens.iter().zip(contexts) {
-        seqs.push(Sequence {
-            cache: KvCache::default(),
-            pending: prompt_hot.slice(first * v..(first + len) * v)?,
-            pending_rows: len,
-            produced: 0,
-            context,
-            shared_ids: Vec::new(),
-            out: Generation::default(),
-            active: max_new > 0,
-        });
-        first += len;
-    }
-    for step in 0.. {
-        let active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].active).collect();
-        if active.is_empty() {
-            break;
-        }
-        // Drafts: a public count per sequence, kept below the token limit; the client's
-        // end bits of the last step travel in the same epoch.
-        let k: Vec<usize> = active
-            .iter()
-            .map(|&i| {
-                let remaining = max_new.saturating_sub(seqs[i].produced);
-                decoding.drafts.min(remaining.saturating_sub(1))
-            })
-            .collect();
-        let drafted: usize = k.iter().sum();
-        // The client's drafts of each sequence (empty elsewhere).
-        let drafts: Vec<Vec<u32>> = active
-            .iter()
-            .zip(&k)
-            .map(|(&i, &kk)| {
-                if is_client {
-                    decoding.drafter.padded(&seqs[i].context, kk)
-                } else {
-                    Vec::new()
+            } => {
+                if prompt_hot.len() != total.saturating_mul(v) {
+                    return Err(Error::misuse(
+                        "the outside client's prompt rows do not match the prompt lengths",
+                    ));
                 }
-            })
-            .collect();
-        let draft_hot = if drafted > 0 {
-            let m = ctx.meter();
-            let ids: Option<Vec<u32>> = is_client.then(|| drafts.concat());
-            let from = client.party_for("drafts from an outside client")?;
-            let hot = share_one_hot(ctx, from, ids.as_deref(), drafted, 1, v).await?;
-            costs.add(LayerKind::Input, m, ctx.meter());
-            Some(hot)
-        } else {
-            None
-        };
-        // The step's rows: per sequence its pending rows, then its drafts.
-        let mut parts = Vec::with_capacity(2 * active.len());
-        let mut seq_rows = Vec::with_capacity(active.len());
-        let mut positions = Vec::new();
-        let mut drafts_at = 0;
-        for (&i, &kk) in active.iter().zip(&k) {
-            let s = &seqs[i];
-            parts.push(s.pending.clone());
-            if let (true, Some(h)) = (kk > 0, &draft_hot) {
-                parts.push(h.slice(drafts_at * v..(drafts_at + kk) * v)?);
-                drafts_at += kk;
+                let rest = ClientAt::Outside {
+                    prompt_hot: Shares::zeros(ctx.me(), 0),
+                    deliver,
+                };
+                (rest, prompt_hot)
             }
-            let r = s.pending_rows + kk;
-            positions.extend(s.cache.len()..s.cache.len() + r);
-            seq_rows.push(r);
+        };
+        costs.add(LayerKind::Input, step_begin, ctx.meter());
+        let mut seqs = Vec::with_capacity(lens.len());
+        let mut first = 0;
+        for (&len, context) in lens.iter().zip(contexts) {
+            seqs.push(Sequence {
+                cache: KvCache::default(),
+                pending: prompt_hot.slice(first * v..(first + len) * v)?,
+                pending_rows: len,
+                produced: 0,
+                context,
+                shared_ids: Vec::new(),
+                out: Generation::default(),
+                active: max_new > 0,
+            });
+            first += len;
         }
-        let input = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
-        let start = ctx.meter();
-        let x = model.embed_rows(ctx, &input, &positions).await?;
-        costs.add(LayerKind::Embedding, start, ctx.meter());
-        let cached_before: Vec<usize> = active.iter().map(|&i| seqs[i].cache.len()).collect();
-        // Only each sequence's last 1 + k positions are read: the pick after the pending
-        // token and after each draft (the blocks return those rows only).
-        let picked_per: Vec<usize> = k.iter().map(|kk| kk + 1).collect();
-        let picked_rows: usize = picked_per.iter().sum();
-        let hidden = {
-            let mut caches: Vec<&mut KvCache> = seqs
-                .iter_mut()
-                .filter(|s| s.active)
-                .map(|s| &mut s.cache)
+        for step in 0.. {
+            let active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].active).collect();
+            if active.is_empty() {
+                break;
+            }
+            // Drafts: a public count per sequence, kept below the token limit; the client's
+            // end bits of the last step travel in the same epoch.
+            let k: Vec<usize> = active
+                .iter()
+                .map(|&i| {
+                    let remaining = max_new.saturating_sub(seqs[i].produced);
+                    decoding.drafts.min(remaining.saturating_sub(1))
+                })
                 .collect();
-            model
-                .blocks_forward(
-                    ctx,
-                    x,
-                    &mut caches,
-                    (&seq_rows, &picked_per),
-                    settings,
-                    &mut costs,
-                    step,
-                    observer.as_ref(),
-                )
-                .await?
-        };
-        let logits = model
-            .logits(ctx, &hidden, picked_rows, settings, &mut costs)
-            .await?;
-        let m2 = ctx.meter();
-        let mut results: Vec<StepResult> = active.iter().map(|_| StepResult::default()).collect();
-        // The one-hot rows of each sequence's next pending token (parties' picks).
-        let mut next_hot: Vec<Option<Shares>> = vec![None; active.len()];
-        let mut next_input_begin = None;
-        let lasts: Vec<bool> = active
-            .iter()
-            .map(|&i| seqs[i].produced + 1 >= max_new)
-            .collect();
-        if decoding.client_picks() {
-            let to = client.party_for("logits to an outside client")?;
-            if let Some(raw) = proto::reveal_to(ctx, &logits, to).await? {
-                let vals = fx.decode_slice(&raw);
-                for ((res, &i), chunk) in results.iter_mut().zip(&active).zip(vals.chunks(v)) {
-                    let id = argmax_lowest(chunk) as u32;
-                    seqs[i].out.logits.push(chunk.to_vec());
-                    res.tokens.push(id);
-                }
-            }
-        } else {
-            // The parties pick the tokens; in RevealLogits mode the client also learns
-            // the logits, in the same rounds.
-            let (mut c_pick, mut c_logits) = (ctx.fork(), ctx.fork());
-            let ((hot, id_share), revealed) = puma_core::try_join(
-                pick_token(&mut c_pick, &logits, picked_rows, v, decoding, settings),
-                async {
-                    if mode == OutputMode::RevealLogits {
-                        let to = client.party_for("logits to an outside client")?;
-                        proto::reveal_to(&mut c_logits, &logits, to).await
+            let drafted: usize = k.iter().sum();
+            // The client's drafts of each sequence (empty elsewhere).
+            let drafts: Vec<Vec<u32>> = active
+                .iter()
+                .zip(&k)
+                .map(|(&i, &kk)| {
+                    if is_client {
+                        decoding.drafter.padded(&seqs[i].context, kk)
                     } else {
-                        Ok(None)
+                        Vec::new()
                     }
-                },
-            )
-            .await?;
-            if let Some(raw) = revealed {
-                let vals = fx.decode_slice(&raw);
-                for (&i, chunk) in active.iter().zip(vals.chunks(v)) {
-                    seqs[i].out.logits.push(chunk.to_vec());
+                })
+                .collect();
+            let draft_hot = if drafted > 0 {
+                let m = ctx.meter();
+                let ids: Option<Vec<u32>> = is_client.then(|| drafts.concat());
+                let from = client.party_for("drafts from an outside client")?;
+                let hot = share_one_hot(ctx, from, ids.as_deref(), drafted, 1, v).await?;
+                costs.add(LayerKind::Input, m, ctx.meter());
+                Some(hot)
+            } else {
+                None
+            };
+            // The step's rows: per sequence its pending rows, then its drafts.
+            let mut parts = Vec::with_capacity(2 * active.len());
+            let mut seq_rows = Vec::with_capacity(active.len());
+            let mut positions = Vec::new();
+            let mut drafts_at = 0;
+            for (&i, &kk) in active.iter().zip(&k) {
+                let s = &seqs[i];
+                parts.push(s.pending.clone());
+                if let (true, Some(h)) = (kk > 0, &draft_hot) {
+                    parts.push(h.slice(drafts_at * v..(drafts_at + kk) * v)?);
+                    drafts_at += kk;
                 }
+                let r = s.pending_rows + kk;
+                positions.extend(s.cache.len()..s.cache.len() + r);
+                seq_rows.push(r);
             }
-            // Per sequence: the pick of its single row, or the verified drafts' outcome.
-            let row_at = starts(&picked_per);
-            let draft_rows_at = starts(&k);
-            let spec_seqs: Vec<usize> = (0..active.len()).filter(|&j| k[j] > 0).collect();
-            let mut forks: Vec<Ctx> = spec_seqs.iter().map(|_| ctx.fork()).collect();
-            let mut checks = Vec::with_capacity(spec_seqs.len());
-            for &j in &spec_seqs {
-                let (r, kk) = (row_at[j], k[j]);
-                let drafts = draft_hot
-                    .as_ref()
-                    .ok_or(Error::bug("drafted rows missing"))?
-                    .slice(draft_rows_at[j] * v..(draft_rows_at[j] + kk) * v)?;
-                checks.push((
-                    hot.slice(r * v..(r + kk + 1) * v)?,
-                    id_share.slice(r..r + kk + 1)?,
-                    drafts,
-                    kk,
-                ));
-            }
-            let verified = puma_core::try_join_all(
-                forks
+            let input = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
+            let start = ctx.meter();
+            let x = model.embed_rows(ctx, &input, &positions).await?;
+            costs.add(LayerKind::Embedding, start, ctx.meter());
+            let cached_before: Vec<usize> = active.iter().map(|&i| seqs[i].cache.len()).collect();
+            // Only each sequence's last 1 + k positions are read: the pick after the pending
+            // token and after each draft (the blocks return those rows only).
+            let picked_per: Vec<usize> = k.iter().map(|kk| kk + 1).collect();
+            let picked_rows: usize = picked_per.iter().sum();
+            let hidden = {
+                let mut caches: Vec<&mut KvCache> = seqs
                     .iter_mut()
-                    .zip(&checks)
-                    .map(|(c, (h, ids, dr, kk))| proto::accept_drafts(c, h, ids, dr, *kk, v))
-                    .collect(),
-            )
-            .await?;
-            let mut next_ids = Vec::with_capacity(active.len());
-            let mut verified = verified.into_iter();
-            let mut counts = Vec::with_capacity(spec_seqs.len());
-            for (j, &r) in row_at.iter().enumerate() {
-                if k[j] > 0 {
-                    let acc = verified
-                        .next()
-                        .ok_or(Error::bug("a verified sequence is missing"))?;
-                    next_hot[j] = Some(acc.next);
-                    next_ids.push(acc.next_id);
-                    counts.push(acc.count);
-                } else {
-                    next_hot[j] = Some(hot.slice(r * v..(r + 1) * v)?);
-                    next_ids.push(id_share.slice(r..r + 1)?);
-                }
-            }
-            // [token ∈ eos] is the sum of the one-hot's entries at the eos ids (local).
-            let mut eos_picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
-            // Each id once, so that the sum is a bit.
-            eos_picks.sort_unstable();
-            eos_picks.dedup();
-            let mut eos_of = Vec::new();
-            let mut eos_bits = Vec::new();
-            if decoding.opens_eos() {
-                for (j, hot_j) in next_hot.iter().enumerate() {
-                    if !lasts[j] {
-                        let h = hot_j.as_ref().ok_or(Error::bug("a pick is missing"))?;
-                        eos_bits.push(h.gather(&eos_picks)?.sum_chunks(eos_picks.len())?);
-                        eos_of.push(j);
+                    .filter(|s| s.active)
+                    .map(|s| &mut s.cache)
+                    .collect();
+                model
+                    .blocks_forward(
+                        ctx,
+                        x,
+                        &mut caches,
+                        (&seq_rows, &picked_per),
+                        settings,
+                        &mut costs,
+                        step,
+                        observer.as_ref(),
+                    )
+                    .await?
+            };
+            let logits = model
+                .logits(ctx, &hidden, picked_rows, settings, &mut costs)
+                .await?;
+            let m2 = ctx.meter();
+            let mut results: Vec<StepResult> =
+                active.iter().map(|_| StepResult::default()).collect();
+            // The one-hot rows of each sequence's next pending token (parties' picks).
+            let mut next_hot: Vec<Option<Shares>> = vec![None; active.len()];
+            let mut next_input_begin = None;
+            let lasts: Vec<bool> = active
+                .iter()
+                .map(|&i| seqs[i].produced + 1 >= max_new)
+                .collect();
+            if decoding.client_picks() {
+                let to = client.party_for("logits to an outside client")?;
+                if let Some(raw) = proto::reveal_to(ctx, &logits, to).await? {
+                    let vals = fx.decode_slice(&raw);
+                    for ((res, &i), chunk) in results.iter_mut().zip(&active).zip(vals.chunks(v)) {
+                        let id = argmax_lowest(chunk) as u32;
+                        seqs[i].out.logits.push(chunk.to_vec());
+                        res.tokens.push(id);
                     }
                 }
-            }
-            let me = ctx.me();
-            let all_ids = concat_or_empty(me, &next_ids)?;
-            let all_counts = concat_or_empty(me, &counts)?;
-            let all_eos = concat_or_empty(me, &eos_bits)?;
-            // The ids to the client, the counts and end bits to all: one round.
-            let (mut c_id, mut c_open) = (ctx.fork(), ctx.fork());
-            let (ids_open, public) = puma_core::try_join(
-                async {
-                    match (&client, mode) {
-                        (_, OutputMode::Private) => Ok(None),
-                        (ClientAt::Party(to), _) => {
-                            proto::reveal_to(&mut c_id, &all_ids, *to).await
-                        }
-                        (ClientAt::Outside { deliver, .. }, _) => {
-                            deliver(Delivery {
-                                what: Delivered::StepIds { step },
-                                shares: all_ids.clone(),
-                            });
+            } else {
+                // The parties pick the tokens; in RevealLogits mode the client also learns
+                // the logits, in the same rounds.
+                let (mut c_pick, mut c_logits) = (ctx.fork(), ctx.fork());
+                let ((hot, id_share), revealed) = puma_core::try_join(
+                    pick_token(&mut c_pick, &logits, picked_rows, v, decoding, settings),
+                    async {
+                        if mode == OutputMode::RevealLogits {
+                            let to = client.party_for("logits to an outside client")?;
+                            proto::reveal_to(&mut c_logits, &logits, to).await
+                        } else {
                             Ok(None)
                         }
+                    },
+                )
+                .await?;
+                if let Some(raw) = revealed {
+                    let vals = fx.decode_slice(&raw);
+                    for (&i, chunk) in active.iter().zip(vals.chunks(v)) {
+                        seqs[i].out.logits.push(chunk.to_vec());
                     }
-                },
-                async {
-                    let both = Shares::concat(&[&all_counts, &all_eos])?;
-                    if both.is_empty() {
-                        Ok(Vec::new())
+                }
+                // Per sequence: the pick of its single row, or the verified drafts' outcome.
+                let row_at = starts(&picked_per);
+                let draft_rows_at = starts(&k);
+                let spec_seqs: Vec<usize> = (0..active.len()).filter(|&j| k[j] > 0).collect();
+                let mut forks: Vec<Ctx> = spec_seqs.iter().map(|_| ctx.fork()).collect();
+                let mut checks = Vec::with_capacity(spec_seqs.len());
+                for &j in &spec_seqs {
+                    let (r, kk) = (row_at[j], k[j]);
+                    let drafts = draft_hot
+                        .as_ref()
+                        .ok_or(Error::bug("drafted rows missing"))?
+                        .slice(draft_rows_at[j] * v..(draft_rows_at[j] + kk) * v)?;
+                    checks.push((
+                        hot.slice(r * v..(r + kk + 1) * v)?,
+                        id_share.slice(r..r + kk + 1)?,
+                        drafts,
+                        kk,
+                    ));
+                }
+                let verified = puma_core::try_join_all(
+                    forks
+                        .iter_mut()
+                        .zip(&checks)
+                        .map(|(c, (h, ids, dr, kk))| proto::accept_drafts(c, h, ids, dr, *kk, v))
+                        .collect(),
+                )
+                .await?;
+                let mut next_ids = Vec::with_capacity(active.len());
+                let mut verified = verified.into_iter();
+                let mut counts = Vec::with_capacity(spec_seqs.len());
+                for (j, &r) in row_at.iter().enumerate() {
+                    if k[j] > 0 {
+                        let acc = verified
+                            .next()
+                            .ok_or(Error::bug("a verified sequence is missing"))?;
+                        next_hot[j] = Some(acc.next);
+                        next_ids.push(acc.next_id);
+                        counts.push(acc.count);
                     } else {
-                        proto::reveal_all(&mut c_open, &both).await
+                        next_hot[j] = Some(hot.slice(r * v..(r + 1) * v)?);
+                        next_ids.push(id_share.slice(r..r + 1)?);
                     }
-                },
-            )
-            .await?;
-            let (count_vals, eos_vals) = public.split_at(counts.len().min(public.len()));
-            for (&j, &c) in spec_seqs.iter().zip(count_vals) {
-                if c > k[j] as u64 {
-                    return Err(Error::bug("an opened draft count exceeds the drafts"));
                 }
-                if let Some(res) = results.get_mut(j) {
-                    res.accepted = c as usize;
+                // [token ∈ eos] is the sum of the one-hot's entries at the eos ids (local).
+                let mut eos_picks: Vec<usize> = decoding.eos.iter().map(|&e| e as usize).collect();
+                // Each id once, so that the sum is a bit.
+                eos_picks.sort_unstable();
+                eos_picks.dedup();
+                let mut eos_of = Vec::new();
+                let mut eos_bits = Vec::new();
+                if decoding.opens_eos() {
+                    for (j, hot_j) in next_hot.iter().enumerate() {
+                        if !lasts[j] {
+                            let h = hot_j.as_ref().ok_or(Error::bug("a pick is missing"))?;
+                            eos_bits.push(h.gather(&eos_picks)?.sum_chunks(eos_picks.len())?);
+                            eos_of.push(j);
+                        }
+                    }
+                }
+                let me = ctx.me();
+                let all_ids = concat_or_empty(me, &next_ids)?;
+                let all_counts = concat_or_empty(me, &counts)?;
+                let all_eos = concat_or_empty(me, &eos_bits)?;
+                // The ids to the client, the counts and end bits to all: one round.
+                let (mut c_id, mut c_open) = (ctx.fork(), ctx.fork());
+                let (ids_open, public) = puma_core::try_join(
+                    async {
+                        match (&client, mode) {
+                            (_, OutputMode::Private) => Ok(None),
+                            (ClientAt::Party(to), _) => {
+                                proto::reveal_to(&mut c_id, &all_ids, *to).await
+                            }
+                            (ClientAt::Outside { deliver, .. }, _) => {
+                                deliver(Delivery {
+                                    what: Delivered::StepIds { step },
+                                    shares: all_ids.clone(),
+                                });
+                                Ok(None)
+                            }
+                        }
+                    },
+                    async {
+                        let both = Shares::concat(&[&all_counts, &all_eos])?;
+                        if both.is_empty() {
+                            Ok(Vec::new())
+                        } else {
+                            proto::reveal_all(&mut c_open, &both).await
+                        }
+                    },
+                )
+                .await?;
+                let (count_vals, eos_vals) = public.split_at(counts.len().min(public.len()));
+                for (&j, &c) in spec_seqs.iter().zip(count_vals) {
+                    if c > k[j] as u64 {
+                        return Err(Error::bug("an opened draft count exceeds the drafts"));
+                    }
+                    if let Some(res) = results.get_mut(j) {
+                        res.accepted = c as usize;
+                    }
+                }
+                for (&j, &b) in eos_of.iter().zip(eos_vals) {
+                    if b > 1 {
+                        return Err(Error::bug("an opened end-of-sequence bit is not a bit"));
+                    }
+                    if let Some(res) = results.get_mut(j) {
+                        res.eos = Some(b == 1);
+                    }
+                }
+                if let Some(raw) = ids_open {
+                    for ((res, mine), &id) in results.iter_mut().zip(&drafts).zip(&raw) {
+                        // The accepted drafts are the first ones the client drafted.
+                        res.tokens.extend(mine.iter().take(res.accepted));
+                        res.tokens.push(id as u32);
+                    }
+                }
+                if mode == OutputMode::Private {
+                    for (&i, id) in active.iter().zip(next_ids) {
+                        seqs[i].shared_ids.push(id);
+                    }
                 }
             }
-            for (&j, &b) in eos_of.iter().zip(eos_vals) {
-                if b > 1 {
-                    return Err(Error::bug("an opened end-of-sequence bit is not a bit"));
+            // The client's view: each token in order, until a rule ends the sequence.
+            let mut verdicts = vec![Finish::Length; active.len()];
+            for (j, (&i, res)) in active.iter().zip(&results).enumerate() {
+                let s = &mut seqs[i];
+                s.produced += res.accepted + 1;
+                for &id in &res.tokens {
+                    s.out.ids.push(id);
+                    s.context.push(id);
+                    emit(Progress::Token { seq: i, step, id });
+                    let verdict = client_verdict(decoding, stop, &s.out.ids, id);
+                    if verdict != Finish::Length {
+                        verdicts[j] = verdict;
+                        s.out.finish = verdict;
+                        break;
+                    }
                 }
-                if let Some(res) = results.get_mut(j) {
-                    res.eos = Some(b == 1);
-                }
-            }
-            if let Some(raw) = ids_open {
-                for ((res, mine), &id) in results.iter_mut().zip(&drafts).zip(&raw) {
-                    // The accepted drafts are the first ones the client drafted.
-                    res.tokens.extend(mine.iter().take(res.accepted));
-                    res.tokens.push(id as u32);
-                }
-            }
-            if mode == OutputMode::Private {
-                for (&i, id) in active.iter().zip(next_ids) {
-                    seqs[i].shared_ids.push(id);
-                }
-            }
-        }
-        // The client's view: each token in order, until a rule ends the sequence.
-        let mut verdicts = vec![Finish::Length; active.len()];
-        for (j, (&i, res)) in active.iter().zip(&results).enumerate() {
-            let s = &mut seqs[i];
-            s.produced += res.accepted + 1;
-            for &id in &res.tokens {
-                s.out.ids.push(id);
-                s.context.push(id);
-                emit(Progress::Token { seq: i, step, id });
-                let verdict = client_verdict(decoding, stop, &s.out.ids, id);
-                if verdict != Finish::Length {
-                    verdicts[j] = verdict;
-                    s.out.finish = verdict;
-                    break;
+                if let Some(true) = res.eos {
+                    s.out.finish = Finish::Eos;
                 }
             }
-            if let Some(true) = res.eos {
-                s.out.finish = Finish::Eos;
+            costs.add(LayerKind::Output, m2, ctx.meter());
+            // Who goes on: a sequence ends at the token limit, at an opened end bit, or when
+            // the client says so (one bit per sequence that could go on).
+            // The limit counts the accepted drafts (public): a step that confirms drafts up
+            // to it is the last even though it did not start as the last.
+            let mut goes_on: Vec<bool> = results
+                .iter()
+                .zip(&active)
+                .map(|(r, &i)| seqs[i].produced < max_new && r.eos != Some(true))
+                .collect();
+            let m3 = ctx.meter();
+            let askers: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
+            if decoding.client_ends() && !askers.is_empty() {
+                if decoding.client_picks() {
+                    next_input_begin = Some(m3);
+                }
+                let mine: Vec<Finish> = if is_client {
+                    askers.iter().map(|&j| verdicts[j]).collect()
+                } else {
+                    Vec::new()
+                };
+                let from = client.party_for("end bits from an outside client")?;
+                let ended = signal_end(ctx, from, &mine, askers.len()).await?;
+                if !decoding.client_picks() {
+                    costs.add(LayerKind::Output, m3, ctx.meter());
+                }
+                for (&j, e) in askers.iter().zip(ended) {
+                    if let Some(e) = e {
+                        goes_on[j] = false;
+                        let s = &mut seqs[active[j]];
+                        if !is_client || s.out.finish == Finish::Length {
+                            s.out.finish = e;
+                        }
+                    }
+                }
             }
-        }
-        costs.add(LayerKind::Output, m2, ctx.meter());
-        // Who goes on: a sequence ends at the token limit, at an opened end bit, or when
-        // the client says so (one bit per sequence that could go on).
-        // The limit counts the accepted drafts (public): a step that confirms drafts up
-        // to it is the last even though it did not start as the last.
-        let mut goes_on: Vec<bool> = results
-            .iter()
-            .zip(&active)
-            .map(|(r, &i)| seqs[i].produced < max_new && r.eos != Some(true))
-            .collect();
-        let m3 = ctx.meter();
-        let askers: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
-        if decoding.client_ends() && !askers.is_empty() {
+            // The next pending token of each sequence that goes on.
             if decoding.client_picks() {
-                next_input_begin = Some(m3);
+                let cont: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
+                if !cont.is_empty() {
+                    next_input_begin.get_or_insert(m3);
+                    let ids: Option<Vec<u32>> = is_client.then(|| {
+                        cont.iter()
+                            .filter_map(|&j| results[j].tokens.last().copied())
+                            .collect()
+                    });
+                    let from = client.party_for("picks from an outside client")?;
+                    let hot = share_one_hot(ctx, from, ids.as_deref(), cont.len(), 1, v).await?;
+                    for (n, &j) in cont.iter().enumerate() {
+                        next_hot[j] = Some(hot.slice(n * v..(n + 1) * v)?);
+                    }
+                }
+                // The client's bits and the next one-hot rows: one epoch.
+                costs.add(LayerKind::Input, m3, ctx.meter());
             }
-            let mine: Vec<Finish> = if is_client {
-                askers.iter().map(|&j| verdicts[j]).collect()
-            } else {
-                Vec::new()
-            };
-            let from = client.party_for("end bits from an outside client")?;
-            let ended = signal_end(ctx, from, &mine, askers.len()).await?;
-            if !decoding.client_picks() {
-                costs.add(LayerKind::Output, m3, ctx.meter());
+            for (j, &i) in active.iter().enumerate() {
+                let s = &mut seqs[i];
+                // Keep the pending rows and the accepted drafts; drop the rejected ones.
+                s.cache
+                    .truncate(cached_before[j] + s.pending_rows + results[j].accepted)?;
+                s.active = goes_on[j];
+                if goes_on[j] {
+                    s.pending = next_hot[j]
+                        .take()
+                        .ok_or(Error::bug("the next token of a going sequence is missing"))?;
+                    s.pending_rows = 1;
+                }
             }
-            for (&j, e) in askers.iter().zip(ended) {
-                if let Some(e) = e {
-                    goes_on[j] = false;
-                    let s = &mut seqs[active[j]];
-                    if !is_client || s.out.finish == Finish::Length {
-                        s.out.finish = e;
+            let end = next_input_begin.unwrap_or_else(|| ctx.meter());
+            step_costs.push((
+                end.payload_bytes_sent - step_begin.payload_bytes_sent,
+                end.epoch - step_begin.epoch,
+            ));
+            step_begin = end;
+            emit(Progress::Step { step });
+        }
+        if mode == OutputMode::Private {
+            let shared: Vec<&Shares> = seqs.iter().flat_map(|s| s.shared_ids.iter()).collect();
+            if !shared.is_empty() {
+                let all = Shares::concat(&shared)?;
+                let opened = match &client {
+                    ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
+                    ClientAt::Outside { deliver, .. } => {
+                        deliver(Delivery {
+                            what: Delivered::FinalIds,
+                            shares: all,
+                        });
+                        None
+                    }
+                };
+                if let Some(raw) = opened {
+                    let mut at = 0;
+                    for s in &mut seqs {
+                        let n = s.shared_ids.len();
+                        s.out.ids = raw
+                            .get(at..at + n)
+                            .ok_or(Error::bug("revealed ids are short"))?
+                            .iter()
+                            .map(|&x| x as u32)
+                            .collect();
+                        at += n;
+                        s.client_cut(decoding, stop);
                     }
                 }
             }
         }
-        // The next pending token of each sequence that goes on.
-        if decoding.client_picks() {
-            let cont: Vec<usize> = (0..active.len()).filter(|&j| goes_on[j]).collect();
-            if !cont.is_empty() {
-                next_input_begin.get_or_insert(m3);
-                let ids: Option<Vec<u32>> = is_client.then(|| {
-                    cont.iter()
-                        .filter_map(|&j| results[j].tokens.last().copied())
-                        .collect()
-                });
-                let from = client.party_for("picks from an outside client")?;
-                let hot = share_one_hot(ctx, from, ids.as_deref(), cont.len(), 1, v).await?;
-                for (n, &j) in cont.iter().enumerate() {
-                    next_hot[j] = Some(hot.slice(n * v..(n + 1) * v)?);
-                }
-            }
-            // The client's bits and the next one-hot rows: one epoch.
-            costs.add(LayerKind::Input, m3, ctx.meter());
-        }
-        for (j, &i) in active.iter().enumerate() {
-            let s = &mut seqs[i];
-            // Keep the pending rows and the accepted drafts; drop the rejected ones.
-            s.cache
-                .truncate(cached_before[j] + s.pending_rows + results[j].accepted)?;
-            s.active = goes_on[j];
-            if goes_on[j] {
-                s.pending = next_hot[j]
-                    .take()
-                    .ok_or(Error::bug("the next token of a going sequence is missing"))?;
-                s.pending_rows = 1;
-            }
-        }
-        let end = next_input_begin.unwrap_or_else(|| ctx.meter());
-        step_costs.push((
-            end.payload_bytes_sent - step_begin.payload_bytes_sent,
-            end.epoch - step_begin.epoch,
-        ));
-        step_begin = end;
-        emit(Progress::Step { step });
-    }
-    if mode == OutputMode::Private {
-        let shared: Vec<&Shares> = seqs.iter().flat_map(|s| s.shared_ids.iter()).collect();
-        if !shared.is_empty() {
-            let all = Shares::concat(&shared)?;
-            let opened = match &client {
-                ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
-                ClientAt::Outside { deliver, .. } => {
-                    deliver(Delivery {
-                        what: Delivered::FinalIds,
-                        shares: all,
-                    });
-                    None
-                }
-            };
-            if let Some(raw) = opened {
-                let mut at = 0;
-                for s in &mut seqs {
-                    let n = s.shared_ids.len();
-                    s.out.ids = raw
-                        .get(at..at + n)
-                        .ok_or(Error::bug("revealed ids are short"))?
-                        .iter()
-                        .map(|&x| x as u32)
-                        .collect();
-                    at += n;
-                    s.client_cut(decoding, stop);
-                }
-            }
-        }
-    }
-    Ok(seqs
-        .into_iter()
-        .map(|s| Generation {
-            costs: costs.clone(),
-            step_costs: step_costs.clone(),
-            ..s.out
-        })
-        .collect())
+        Ok(seqs
+            .into_iter()
+            .map(|s| Generation {
+                costs: costs.clone(),
+                step_costs: step_costs.clone(),
+                ..s.out
+            })
+            .collect())
+    })
 }
 
 /// The concatenation of `parts`, which may be none.
