@@ -1052,7 +1052,8 @@ pub fn run_observed<'a>(
     )
 }
 
-/// [`run_observed`] with the client's place converted, boxed where it is compiled once.
+/// [`run_observed`] with the client's place converted. Without type parameters, its boxed
+/// body is compiled once, here, whatever type the caller passes as the client.
 #[allow(clippy::too_many_arguments)]
 fn run_observed_at<'a>(
     ctx: &'a mut Ctx,

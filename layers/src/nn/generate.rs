@@ -304,7 +304,8 @@ pub fn generate<'a>(
     )
 }
 
-/// [`generate`] with the client's place converted, boxed where it is compiled once.
+/// [`generate`] with the client's place converted. Without type parameters, its boxed
+/// body is compiled once, here, whatever type the caller passes as the client.
 #[allow(clippy::too_many_arguments)]
 fn generate_at<'a>(
     ctx: &'a mut Ctx,
@@ -383,7 +384,8 @@ pub fn generate_batch<'a>(
     )
 }
 
-/// [`generate_batch`] with the client's place converted, boxed where it is compiled once.
+/// [`generate_batch`] with the client's place converted. Without type parameters, its boxed
+/// body is compiled once, here, whatever type the caller passes as the client.
 #[allow(clippy::too_many_arguments)]
 fn generate_batch_at<'a>(
     ctx: &'a mut Ctx,
