@@ -532,7 +532,7 @@ impl SharedBert {
         heads: BertHeads,
         weights: Option<&'a BertWeights>,
     ) -> BoxedProtocol<'a, SharedBert> {
-        Box::pin(async move { Self::share_observed(ctx, owner, cfg, heads, weights, None).await })
+        Self::share_observed(ctx, owner, cfg, heads, weights, None)
     }
 
     /// [`SharedBert::share`], telling `observer` (if any) how far the sharing has come at

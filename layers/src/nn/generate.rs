@@ -320,7 +320,7 @@ fn generate_at<'a>(
 ) -> BoxedProtocol<'a, Generation> {
     Box::pin(async move {
         let prompts = prompt.map(|p| vec![p.to_vec()]);
-        let mut outs = generate_batch(
+        let mut outs = generate_batch_at(
             ctx,
             model,
             client,
