@@ -367,22 +367,47 @@ pub trait DecoderArch {
     ) -> Result<Vec<u64>, Error>;
 }
 
+/// The owner's weights of some architecture, as the sharing reads them: one tensor at a
+/// time, encoded. A trait object, so that the sharing's body ([`SharedDecoder::share`],
+/// [`super::streamed::prompt_step_streamed`]) has no type parameter and is compiled once,
+/// in this crate, instead of once per architecture in every crate that shares a model
+/// (docs/ARCHITECTURE.md, The engine contract).
+pub(super) trait EncodeTensor: Send + Sync {
+    /// Tensor `t` encoded at `fx`, as [`DecoderArch::encode`].
+    fn encode(&self, t: DecoderTensor, fx: FixedPoint) -> Result<Vec<u64>, Error>;
+}
+
+/// An architecture and the owner's weights for it.
+struct ArchWeights<'a, A: DecoderArch> {
+    arch: &'a A,
+    weights: &'a A::Weights,
+}
+
+impl<A> EncodeTensor for ArchWeights<'_, A>
+where
+    A: DecoderArch + Sync,
+    A::Weights: Sync,
+{
+    fn encode(&self, t: DecoderTensor, fx: FixedPoint) -> Result<Vec<u64>, Error> {
+        self.arch.encode(self.weights, t, fx)
+    }
+}
+
 /// The owner's tensors in sharing order, each encoded when the sharing asks for it. (A
 /// named type rather than a closure: the sharing future holds it across awaits and must
 /// stay `Send`.)
-pub(super) struct OwnerTensors<'a, A: DecoderArch> {
-    pub(super) arch: &'a A,
-    pub(super) weights: &'a A::Weights,
+pub(super) struct OwnerTensors<'a> {
+    pub(super) source: &'a dyn EncodeTensor,
     pub(super) tensors: std::slice::Iter<'a, (DecoderTensor, usize)>,
     pub(super) fx: FixedPoint,
 }
 
-impl<A: DecoderArch> Iterator for OwnerTensors<'_, A> {
+impl Iterator for OwnerTensors<'_> {
     type Item = Result<Vec<u64>, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let (t, _) = self.tensors.next()?;
-        Some(self.arch.encode(self.weights, *t, self.fx))
+        Some(self.source.encode(*t, self.fx))
     }
 }
 
@@ -498,13 +523,17 @@ impl SharedDecoder {
     /// # Errors
     /// `Misuse` for an invalid config, or weights that do not match it or do not fit the
     /// fixed-point format; `Protocol` on a malformed message.
-    pub async fn share<A: DecoderArch>(
-        ctx: &mut Ctx,
+    pub fn share<'a, A>(
+        ctx: &'a mut Ctx,
         owner: PartyId,
-        arch: &A,
-        weights: Option<&A::Weights>,
-    ) -> Result<SharedDecoder, Error> {
-        Self::share_observed(ctx, owner, arch, weights, None).await
+        arch: &'a A,
+        weights: Option<&'a A::Weights>,
+    ) -> BoxedProtocol<'a, SharedDecoder>
+    where
+        A: DecoderArch + Sync,
+        A::Weights: Sync,
+    {
+        Self::share_observed(ctx, owner, arch, weights, None)
     }
 
     /// [`SharedDecoder::share`], telling `observer` (if any) how far the sharing has come
@@ -512,27 +541,24 @@ impl SharedDecoder {
     ///
     /// # Errors
     /// As [`SharedDecoder::share`].
-    pub async fn share_observed<A: DecoderArch>(
-        ctx: &mut Ctx,
+    pub fn share_observed<'a, A>(
+        ctx: &'a mut Ctx,
         owner: PartyId,
-        arch: &A,
-        weights: Option<&A::Weights>,
-        observer: Option<&super::plan::ShareObserver>,
-    ) -> Result<SharedDecoder, Error> {
-        let spec = arch.spec()?;
-        spec.validate()?;
-        let tensors = spec.tensors()?;
-        let plan = spec.plan()?;
-        let fx = ctx.fixed();
-        let weights = owner_weights(ctx, owner, arch, weights)?;
-        let encoded = weights.map(|weights| OwnerTensors {
-            arch,
-            weights,
-            tensors: tensors.iter(),
-            fx,
+        arch: &'a A,
+        weights: Option<&'a A::Weights>,
+        observer: Option<&'a super::plan::ShareObserver>,
+    ) -> BoxedProtocol<'a, SharedDecoder>
+    where
+        A: DecoderArch + Sync,
+        A::Weights: Sync,
+    {
+        // Only these checks need the architecture's type; the box below has none.
+        let prepared = arch.spec().and_then(|spec| {
+            spec.validate()?;
+            let source = owner_source(ctx, owner, arch, weights)?;
+            Ok((spec, source))
         });
-        let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
-        Self::from_tensors(spec, shared)
+        share_prepared(ctx, owner, prepared, observer)
     }
 
     /// A decoder of shape `spec` built from one party's shares of its tensors (named as
@@ -1066,6 +1092,48 @@ pub(super) fn owner_weights<'w, A: DecoderArch>(
         }
         _ => Ok(None),
     }
+}
+
+/// [`owner_weights`] behind the architecture-free [`EncodeTensor`].
+///
+/// # Errors
+/// As [`owner_weights`].
+pub(super) fn owner_source<'a, A>(
+    ctx: &Ctx,
+    owner: PartyId,
+    arch: &'a A,
+    weights: Option<&'a A::Weights>,
+) -> Result<Option<Box<dyn EncodeTensor + 'a>>, Error>
+where
+    A: DecoderArch + Sync,
+    A::Weights: Sync,
+{
+    Ok(owner_weights(ctx, owner, arch, weights)?.map(|weights| {
+        let source: Box<dyn EncodeTensor + 'a> = Box::new(ArchWeights { arch, weights });
+        source
+    }))
+}
+
+/// The body of [`SharedDecoder::share_observed`] once the owner's weights are checked.
+fn share_prepared<'a>(
+    ctx: &'a mut Ctx,
+    owner: PartyId,
+    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + 'a>>), Error>,
+    observer: Option<&'a super::plan::ShareObserver>,
+) -> BoxedProtocol<'a, SharedDecoder> {
+    Box::pin(async move {
+        let (spec, source) = prepared?;
+        let tensors = spec.tensors()?;
+        let plan = spec.plan()?;
+        let fx = ctx.fixed();
+        let encoded = source.as_deref().map(|source| OwnerTensors {
+            source,
+            tensors: tensors.iter(),
+            fx,
+        });
+        let shared = share_plan_observed(ctx, owner, &plan, encoded, observer).await?;
+        SharedDecoder::from_tensors(spec, shared)
+    })
 }
 
 /// The embeddings of one-hot rows (`positions.len() × vocab`) by a decoder of shape

@@ -8,13 +8,13 @@
 
 use std::time::{Duration, Instant};
 
-use puma_core::{Ctx, Error, PartyId, proto};
+use puma_core::{BoxedProtocol, Ctx, Error, PartyId, proto};
 
 use super::attention::KvCache;
 use super::cost::{LayerCosts, LayerKind};
 use super::decoder::{
-    Block, DecoderArch, DecoderSpec, DecoderTensor, OwnerTensors, StepLayout, embed_rows_with,
-    logits_with, owner_weights, take_final_norm,
+    Block, DecoderArch, DecoderSpec, DecoderTensor, EncodeTensor, OwnerTensors, StepLayout,
+    embed_rows_with, logits_with, owner_source, take_final_norm,
 };
 use super::generate::{Observer, Progress};
 use super::plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan_observed};
@@ -75,11 +75,10 @@ fn segments(spec: &DecoderSpec) -> Result<Vec<Vec<(DecoderTensor, usize)>>, Erro
 }
 
 /// Shares one segment from the owner, adding its cost to `acc`.
-async fn share_segment<A: DecoderArch>(
+async fn share_segment(
     ctx: &mut Ctx,
     owner: PartyId,
-    arch: &A,
-    weights: Option<&A::Weights>,
+    source: Option<&dyn EncodeTensor>,
     segment: &[(DecoderTensor, usize)],
     acc: &mut (u64, u32, Duration),
 ) -> Result<SharedTensors, Error> {
@@ -89,9 +88,8 @@ async fn share_segment<A: DecoderArch>(
         plan.push(t.name(), *n);
     }
     let fx = ctx.fixed();
-    let encoded = weights.map(|weights| OwnerTensors {
-        arch,
-        weights,
+    let encoded = source.map(|source| OwnerTensors {
+        source,
         tensors: segment.iter(),
         fx,
     });
@@ -123,26 +121,69 @@ async fn share_segment<A: DecoderArch>(
 /// an empty or too long prompt or ids outside the vocabulary; `Protocol` on a malformed
 /// message.
 #[allow(clippy::too_many_arguments)]
-pub async fn prompt_step_streamed<A: DecoderArch>(
+pub fn prompt_step_streamed<'a, A>(
+    ctx: &'a mut Ctx,
+    owner: PartyId,
+    arch: &'a A,
+    weights: Option<&'a A::Weights>,
+    client: PartyId,
+    ids: Option<&'a [u32]>,
+    len: usize,
+    settings: &'a SecureSettings,
+    observer: Option<&'a Observer>,
+) -> BoxedProtocol<'a, StreamedStep>
+where
+    A: DecoderArch + Sync,
+    A::Weights: Sync,
+{
+    // Only these checks need the architecture's type; the step itself has none
+    // (docs/ARCHITECTURE.md, The engine contract).
+    let prepared = arch.spec().and_then(|spec| {
+        spec.validate()?;
+        if len == 0 || len > spec.max_positions {
+            return Err(Error::misuse(
+                "input length must be in 1..=the model's maximum positions",
+            ));
+        }
+        let source = owner_source(ctx, owner, arch, weights)?;
+        Ok((spec, source))
+    });
+    streamed_step(ctx, owner, prepared, client, ids, len, settings, observer)
+}
+
+/// Boxes [`streamed_step_body`]: a function without type parameters, so that the generic
+/// [`prompt_step_streamed`] does not carry the step's body into its callers' crates.
+#[allow(clippy::too_many_arguments)]
+fn streamed_step<'a>(
+    ctx: &'a mut Ctx,
+    owner: PartyId,
+    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + 'a>>), Error>,
+    client: PartyId,
+    ids: Option<&'a [u32]>,
+    len: usize,
+    settings: &'a SecureSettings,
+    observer: Option<&'a Observer>,
+) -> BoxedProtocol<'a, StreamedStep> {
+    Box::pin(streamed_step_body(
+        ctx, owner, prepared, client, ids, len, settings, observer,
+    ))
+}
+
+/// The body of [`prompt_step_streamed`] once the owner's weights are checked.
+#[allow(clippy::too_many_arguments)]
+async fn streamed_step_body(
     ctx: &mut Ctx,
     owner: PartyId,
-    arch: &A,
-    weights: Option<&A::Weights>,
+    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + '_>>), Error>,
     client: PartyId,
     ids: Option<&[u32]>,
     len: usize,
     settings: &SecureSettings,
     observer: Option<&Observer>,
 ) -> Result<StreamedStep, Error> {
-    let spec = arch.spec()?;
-    spec.validate()?;
-    if len == 0 || len > spec.max_positions {
-        return Err(Error::misuse(
-            "input length must be in 1..=the model's maximum positions",
-        ));
-    }
+    let (spec, source) = prepared?;
+    let source = source.as_deref();
     let fx = ctx.fixed();
-    let weights = owner_weights(ctx, owner, arch, weights)?;
     let mut segs = segments(&spec)?.into_iter();
     let mut shared_cost = (0u64, 0u32, Duration::ZERO);
     let mut costs = LayerCosts::default();
@@ -159,7 +200,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
     // (With masked one-hot rows it was two over several chunks: the owner, the client's
     // next party, now waits for its point-function keys before it streams.)
     let overlap = 1;
-    let mut tensors = share_segment(ctx, owner, arch, weights, &input, &mut shared_cost).await?;
+    let mut tensors = share_segment(ctx, owner, source, &input, &mut shared_cost).await?;
     let embed = tensors.take(&DecoderTensor::Embed.name())?;
     let learned = tensors.take_if(
         matches!(spec.positions, super::Positions::Learned),
@@ -187,8 +228,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
         let segment = segs
             .next()
             .ok_or(Error::bug("a block segment is missing"))?;
-        let mut tensors =
-            share_segment(ctx, owner, arch, weights, &segment, &mut shared_cost).await?;
+        let mut tensors = share_segment(ctx, owner, source, &segment, &mut shared_cost).await?;
         let block = Block::take(&spec, layer, &mut tensors)?;
         drop(tensors);
         x = block
@@ -210,7 +250,7 @@ pub async fn prompt_step_streamed<A: DecoderArch>(
 
     // The output: the final norm and the head on the last position only.
     let output = segs.next().ok_or(Error::bug("no output segment"))?;
-    let mut tensors = share_segment(ctx, owner, arch, weights, &output, &mut shared_cost).await?;
+    let mut tensors = share_segment(ctx, owner, source, &output, &mut shared_cost).await?;
     let final_norm = take_final_norm(&spec, &mut tensors)?;
     let head = match tied {
         Some(e) => e,
