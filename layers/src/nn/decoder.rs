@@ -553,11 +553,7 @@ impl SharedDecoder {
         A::Weights: Sync,
     {
         // Only these checks need the architecture's type; the box below has none.
-        let prepared = arch.spec().and_then(|spec| {
-            spec.validate()?;
-            let source = owner_source(ctx, owner, arch, weights)?;
-            Ok((spec, source))
-        });
+        let prepared = prepare_owner(ctx, owner, arch, weights, |_| Ok(()));
         share_prepared(ctx, owner, prepared, observer)
     }
 
@@ -1094,31 +1090,38 @@ pub(super) fn owner_weights<'w, A: DecoderArch>(
     }
 }
 
-/// [`owner_weights`] behind the architecture-free [`EncodeTensor`].
-///
-/// # Errors
-/// As [`owner_weights`].
-pub(super) fn owner_source<'a, A>(
+/// What the sharing's boxed bodies take once the checks that need the architecture's type
+/// are done: the spec, and at the owner its weights behind [`EncodeTensor`].
+pub(super) type Prepared<'a> = Result<(DecoderSpec, Option<Box<dyn EncodeTensor + 'a>>), Error>;
+
+/// The checks before sharing a decoder of architecture `arch`: its spec is valid, passes
+/// the caller's own `check`, and at the owner the weights pass [`owner_weights`].
+pub(super) fn prepare_owner<'a, A>(
     ctx: &Ctx,
     owner: PartyId,
     arch: &'a A,
     weights: Option<&'a A::Weights>,
-) -> Result<Option<Box<dyn EncodeTensor + 'a>>, Error>
+    check: impl FnOnce(&DecoderSpec) -> Result<(), Error>,
+) -> Prepared<'a>
 where
     A: DecoderArch + Sync,
     A::Weights: Sync,
 {
-    Ok(owner_weights(ctx, owner, arch, weights)?.map(|weights| {
+    let spec = arch.spec()?;
+    spec.validate()?;
+    check(&spec)?;
+    let source = owner_weights(ctx, owner, arch, weights)?.map(|weights| {
         let source: Box<dyn EncodeTensor + 'a> = Box::new(ArchWeights { arch, weights });
         source
-    }))
+    });
+    Ok((spec, source))
 }
 
 /// The body of [`SharedDecoder::share_observed`] once the owner's weights are checked.
 fn share_prepared<'a>(
     ctx: &'a mut Ctx,
     owner: PartyId,
-    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + 'a>>), Error>,
+    prepared: Prepared<'a>,
     observer: Option<&'a super::plan::ShareObserver>,
 ) -> BoxedProtocol<'a, SharedDecoder> {
     Box::pin(async move {

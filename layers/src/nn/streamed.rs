@@ -13,8 +13,8 @@ use puma_core::{BoxedProtocol, Ctx, Error, PartyId, proto};
 use super::attention::KvCache;
 use super::cost::{LayerCosts, LayerKind};
 use super::decoder::{
-    Block, DecoderArch, DecoderSpec, DecoderTensor, EncodeTensor, OwnerTensors, StepLayout,
-    embed_rows_with, logits_with, owner_source, take_final_norm,
+    Block, DecoderArch, DecoderSpec, DecoderTensor, EncodeTensor, OwnerTensors, Prepared,
+    StepLayout, embed_rows_with, logits_with, prepare_owner, take_final_norm,
 };
 use super::generate::{Observer, Progress};
 use super::plan::{SHARE_CHUNK_WORDS, SharedTensors, TensorPlan, share_plan_observed};
@@ -138,15 +138,13 @@ where
 {
     // Only these checks need the architecture's type; the step itself has none
     // (docs/ARCHITECTURE.md, The engine contract).
-    let prepared = arch.spec().and_then(|spec| {
-        spec.validate()?;
+    let prepared = prepare_owner(ctx, owner, arch, weights, |spec| {
         if len == 0 || len > spec.max_positions {
             return Err(Error::misuse(
                 "input length must be in 1..=the model's maximum positions",
             ));
         }
-        let source = owner_source(ctx, owner, arch, weights)?;
-        Ok((spec, source))
+        Ok(())
     });
     streamed_step(ctx, owner, prepared, client, ids, len, settings, observer)
 }
@@ -157,7 +155,7 @@ where
 fn streamed_step<'a>(
     ctx: &'a mut Ctx,
     owner: PartyId,
-    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + 'a>>), Error>,
+    prepared: Prepared<'a>,
     client: PartyId,
     ids: Option<&'a [u32]>,
     len: usize,
@@ -174,7 +172,7 @@ fn streamed_step<'a>(
 async fn streamed_step_body(
     ctx: &mut Ctx,
     owner: PartyId,
-    prepared: Result<(DecoderSpec, Option<Box<dyn EncodeTensor + '_>>), Error>,
+    prepared: Prepared<'_>,
     client: PartyId,
     ids: Option<&[u32]>,
     len: usize,
