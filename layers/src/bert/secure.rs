@@ -22,7 +22,7 @@ use crate::gpt2::secure::encode_all;
 use crate::gpt2::weights::LayerNormWeights;
 use crate::nn::activation::mlp_ring;
 use crate::nn::attention::{self, Heads};
-use crate::nn::client::{ClientAt, Delivered, Delivery};
+use crate::nn::client::{ClientAt, Delivered};
 use crate::nn::embedding::embed;
 use crate::nn::{
     Activation, LayerCosts, LayerKind, Linear, Norm, Observer, Progress, SecureSettings,
@@ -1120,16 +1120,7 @@ fn run_observed_at<'a>(
         let m2 = ctx.meter();
         costs.add(LayerKind::MeanPooling, m1, m2);
         let all = Shares::concat(&parts.iter().collect::<Vec<_>>())?;
-        let opened = match &client {
-            ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
-            ClientAt::Outside { deliver, .. } => {
-                deliver(Delivery {
-                    what: Delivered::Encoded,
-                    shares: all,
-                });
-                None
-            }
-        };
+        let opened = client.give(ctx, all, Delivered::Encoded).await?;
         costs.add(LayerKind::Output, m2, ctx.meter());
         let mut out = Revealed {
             costs,

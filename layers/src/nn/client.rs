@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use puma_core::dealing::{self, Dealt, Seed, Span};
-use puma_core::{Error, PartyId, Shares};
+use puma_core::{Ctx, Error, PartyId, Shares, proto};
 
 use super::embedding::one_hot_rows;
 use super::generate::Decoding;
@@ -93,6 +93,27 @@ impl ClientAt {
     /// `Bug` for an outside client (the rules were checked against it before).
     pub(super) fn party_for(&self, step: &'static str) -> Result<PartyId, Error> {
         self.party().ok_or(Error::bug(step))
+    }
+
+    /// Gives the client a result: `shares` revealed to a client that is a party (the
+    /// values, there only), or this party's shares handed to an outside client's
+    /// [`Deliver`] as `what` (then `None` everywhere).
+    ///
+    /// # Errors
+    /// `Protocol` if a party client receives a malformed message.
+    pub(crate) async fn give(
+        &self,
+        ctx: &mut Ctx,
+        shares: Shares,
+        what: Delivered,
+    ) -> Result<Option<Vec<u64>>, Error> {
+        match self {
+            ClientAt::Party(to) => proto::reveal_to(ctx, &shares, *to).await,
+            ClientAt::Outside { deliver, .. } => {
+                deliver(Delivery { what, shares });
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use puma_core::proto::SamplingParams;
 use puma_core::{BoxedProtocol, Ctx, Error, PartyId, Shares, Width, proto};
 
 use super::attention::{KvCache, starts};
-use super::client::{ClientAt, Delivered, Delivery};
+use super::client::{ClientAt, Delivered};
 use super::cost::LayerKind;
 use super::decoder::SharedDecoder;
 use super::draft::Drafter;
@@ -696,18 +696,11 @@ fn generate_batch_at<'a>(
                 let (mut c_id, mut c_open) = (ctx.fork(), ctx.fork());
                 let (ids_open, public) = puma_core::try_join(
                     async {
-                        match (&client, mode) {
-                            (_, OutputMode::Private) => Ok(None),
-                            (ClientAt::Party(to), _) => {
-                                proto::reveal_to(&mut c_id, &all_ids, *to).await
-                            }
-                            (ClientAt::Outside { deliver, .. }, _) => {
-                                deliver(Delivery {
-                                    what: Delivered::StepIds { step },
-                                    shares: all_ids.clone(),
-                                });
-                                Ok(None)
-                            }
+                        if mode == OutputMode::Private {
+                            Ok(None)
+                        } else {
+                            let what = Delivered::StepIds { step };
+                            client.give(&mut c_id, all_ids.clone(), what).await
                         }
                     },
                     async {
@@ -850,16 +843,7 @@ fn generate_batch_at<'a>(
             let shared: Vec<&Shares> = seqs.iter().flat_map(|s| s.shared_ids.iter()).collect();
             if !shared.is_empty() {
                 let all = Shares::concat(&shared)?;
-                let opened = match &client {
-                    ClientAt::Party(to) => proto::reveal_to(ctx, &all, *to).await?,
-                    ClientAt::Outside { deliver, .. } => {
-                        deliver(Delivery {
-                            what: Delivered::FinalIds,
-                            shares: all,
-                        });
-                        None
-                    }
-                };
+                let opened = client.give(ctx, all, Delivered::FinalIds).await?;
                 if let Some(raw) = opened {
                     let mut at = 0;
                     for s in &mut seqs {
